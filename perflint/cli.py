@@ -1,0 +1,377 @@
+"""The `perflint` command: check, fix, rule, rules, verify.
+
+Exit status (as ruff): 0 nothing found, 1 findings (or, with `fix --diff`, a diff), 2 a
+usage error, a broken config, or a file that could not be read, parsed or fixed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from pathlib import Path
+
+import click
+
+from perflint import __version__
+from perflint.config import ConfigError, Resolver, parse_version
+from perflint.report import FORMATS, display_path
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def _split_codes(values: tuple[str, ...]) -> list[str] | None:
+    if not values:
+        return None
+    out = []
+    for v in values:
+        out.extend(c.strip() for c in v.split(",") if c.strip())
+    return out
+
+
+def _validate(codes: list[str] | None, flag: str) -> list[str] | None:
+    from perflint.selection import validate_selector
+
+    if codes is None:
+        return None
+    for c in codes:
+        err = validate_selector(c)
+        if err:
+            raise click.UsageError(f"{flag}: {err}")
+    return [c.upper() for c in codes]
+
+
+def selection_options(f):
+    options = [
+        click.option("--select", multiple=True, help="Rule codes or prefixes to enable (comma-separated; ALL for every rule). Replaces the configured set."),
+        click.option("--extend-select", multiple=True, help="Rule codes or prefixes to enable on top of the configured set."),
+        click.option("--ignore", multiple=True, help="Rule codes or prefixes to disable."),
+        click.option("--target-torch", metavar="X.Y", help="The torch version the code must run on (default: from [tool.perflint], else the project's torch requirement, else 2.4)."),
+        click.option("--config", "config_file", type=click.Path(dir_okay=False), help="A pyproject.toml (or a TOML file holding the [tool.perflint] keys) used for every file."),
+        click.option("--exclude", multiple=True, help="Glob patterns to exclude (replaces the defaults)."),
+        click.option("--extend-exclude", multiple=True, help="Glob patterns to exclude on top of the defaults."),
+        click.option("--no-respect-gitignore", is_flag=True, help="Check files that .gitignore excludes."),
+        click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too (for pre-commit)."),
+        click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: one per CPU)."),
+        click.option("--no-cache", is_flag=True, help="Do not read or write the result cache."),
+        click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+def _resolver(select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude, no_respect_gitignore, unsafe=None):
+    overrides: dict = {
+        "select": _validate(_split_codes(select), "--select"),
+        "extend_select": _validate(_split_codes(extend_select), "--extend-select"),
+        "ignore": _validate(_split_codes(ignore), "--ignore"),
+        "exclude": list(exclude) if exclude else None,
+        "extend_exclude": list(extend_exclude) if extend_exclude else None,
+        "respect_gitignore": False if no_respect_gitignore else None,
+        "unsafe_fixes": unsafe,
+    }
+    if target_torch:
+        try:
+            overrides["target_torch"] = parse_version(target_torch, "--target-torch")
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from None
+    return Resolver(overrides=overrides, config_file=Path(config_file) if config_file else None)
+
+
+def _progress_factory(quiet: bool):
+    """A rich progress bar on stderr for long runs on a terminal."""
+    if quiet or not sys.stderr.isatty():
+        return None, None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("checking"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=_console(stderr=True), transient=True,
+    )
+
+    def factory(total: int):
+        if total < 50:
+            return None
+        progress.start()
+        task = progress.add_task("files", total=total)
+        return lambda _r: progress.advance(task)
+
+    return progress, factory
+
+
+def _print_errors(errors) -> None:
+    err = _console(stderr=True)
+    for e in errors:
+        err.print(f"[bold red]error[/]: {display_path(e.path)}: {e.kind.value}: {e.message}", highlight=False, soft_wrap=True)
+
+
+def _source_lines(results) -> dict:
+    """The source line of every finding, for the `full` format (read after any fix)."""
+    from perflint.source import SourceError, read_source
+
+    lines: dict = {}
+    for r in results:
+        if not r.diagnostics:
+            continue
+        try:
+            src = read_source(r.path, r.fixed_bytes if r.fixed_bytes is not None else None)
+        except SourceError:
+            continue
+        text_lines = src.text.splitlines()
+        for d in r.diagnostics:
+            row = d.location.row
+            if src.notebook is not None and d.cell is not None:
+                span = next((s for s in src.notebook.cells if s.index == d.cell), None)
+                if span is None:
+                    continue
+                row = span.first_row + row - 1
+            if 0 < row <= len(text_lines):
+                lines[(r.path, d.cell or 0, d.location.row)] = text_lines[row - 1]
+    return lines
+
+
+def _render(results, output_format: str, unsafe: bool, statistics: bool, quiet: bool, fixed: int = 0, verb: str = "fix") -> None:
+    from perflint.report import machine, text
+
+    console = _console()
+    if statistics:
+        text.statistics(console, results)
+        return
+    if output_format == "json":
+        click.echo(machine.to_json(results))
+    elif output_format == "sarif":
+        click.echo(machine.to_sarif(results))
+    elif output_format == "github":
+        out = machine.to_github(results)
+        if out:
+            click.echo(out)
+    elif output_format == "concise":
+        text.concise(console, results, unsafe)
+        if not quiet:
+            text.summary(console, results, unsafe, fixed, verb)
+    else:
+        text.full(console, results, unsafe, _source_lines(results))
+        if not quiet:
+            text.summary(console, results, unsafe, fixed, verb)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="perflint")
+def main() -> None:
+    """perflint: find and fix PyTorch training-performance anti-patterns."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path())
+@selection_options
+@click.option("--output-format", type=click.Choice(FORMATS), default="full", show_default=True)
+@click.option("--statistics", is_flag=True, help="Print a count of findings by rule instead of the findings.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (errors still exit 2).")
+@click.option("--unsafe-fixes", is_flag=True, help="Show unsafe fixes as available.")
+def check(paths, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
+          no_respect_gitignore, force_exclude, jobs, no_cache, quiet, output_format, statistics, exit_zero, unsafe_fixes):
+    """Report anti-patterns in PATHS (default: the current folder)."""
+    from perflint import runner
+
+    resolver = _resolver(select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude, no_respect_gitignore)
+    progress, factory = _progress_factory(quiet or output_format in ("json", "sarif", "github"))
+    try:
+        outcome = runner.run(
+            list(paths) or ["."], resolver, with_edits=output_format == "json", use_cache=not no_cache,
+            jobs=jobs, force_exclude=force_exclude, progress=factory,
+        )
+    finally:
+        if progress is not None:
+            progress.stop()
+    _render(outcome.results, output_format, unsafe_fixes, statistics, quiet)
+    errors = outcome.all_errors
+    _print_errors(errors)
+    if errors:
+        sys.exit(EXIT_ERROR)
+    if any(r.diagnostics for r in outcome.results) and not exit_zero:
+        sys.exit(EXIT_FINDINGS)
+    sys.exit(EXIT_CLEAN)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path())
+@selection_options
+@click.option("--unsafe-fixes", is_flag=True, default=None, help="Apply unsafe fixes too.")
+@click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing (exit 1 if there is a diff).")
+@click.option("--show-fixes", is_flag=True, help="List the fixes applied, by file and rule.")
+@click.option("--output-format", type=click.Choice(FORMATS), default="full", show_default=True)
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2).")
+def fix(paths, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude, no_respect_gitignore,
+        force_exclude, jobs, no_cache, quiet, unsafe_fixes, diff, show_fixes, output_format, exit_zero):
+    """Apply safe fixes (and unsafe ones with --unsafe-fixes) to PATHS."""
+    from perflint import runner
+
+    resolver = _resolver(select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
+                         no_respect_gitignore, unsafe=unsafe_fixes)
+    progress, factory = _progress_factory(quiet or diff or output_format != "full")
+    try:
+        outcome = runner.run(list(paths) or ["."], resolver, fix=True, diff=diff, jobs=jobs,
+                             force_exclude=force_exclude, progress=factory, with_edits=output_format == "json")
+    finally:
+        if progress is not None:
+            progress.stop()
+    changed = [r for r in outcome.results if r.fixed_bytes is not None]
+    fixed = sum(sum(r.fixes_applied.values()) for r in changed)
+    if diff:
+        for r in changed:
+            click.echo(_unified_diff(r), nl=False)
+    elif show_fixes and changed:
+        console = _console()
+        for r in changed:
+            for code, n in sorted(r.fixes_applied.items()):
+                console.print(f"{display_path(r.path)}: fixed {n} × {code}", highlight=False)
+    unsafe_shown = bool(unsafe_fixes)
+    if not diff:
+        _render(outcome.results, output_format, unsafe_shown, False, quiet, fixed=fixed)
+    errors = outcome.all_errors
+    _print_errors(errors)
+    if errors:
+        sys.exit(EXIT_ERROR)
+    if diff:
+        sys.exit(EXIT_FINDINGS if changed else EXIT_CLEAN)
+    if any(r.diagnostics for r in outcome.results) and not exit_zero:
+        sys.exit(EXIT_FINDINGS)
+    sys.exit(EXIT_CLEAN)
+
+
+def _unified_diff(r) -> str:
+    from perflint.source import read_source
+
+    before = read_source(r.path, r.original_bytes)
+    after = read_source(r.path, r.fixed_bytes)
+    if before.notebook is not None:
+        a, b = before.raw.decode("utf-8", "replace"), after.raw.decode("utf-8", "replace")
+    else:
+        a, b = before.text, after.text
+    return "".join(
+        difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
+                             fromfile=display_path(r.path), tofile=display_path(r.path))
+    )
+
+
+@main.command()
+@click.argument("code", required=False)
+@click.option("--all", "show_all", is_flag=True, help="Every rule.")
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def rule(code, show_all, output_format):
+    """Explain a rule (its documentation), or every rule with --all."""
+    import json
+
+    from perflint.rules import all_rules
+
+    registry = all_rules()
+    if show_all:
+        chosen = list(registry.values())
+    elif code:
+        key = code.strip().upper()
+        if key not in registry:
+            raise click.UsageError(f"unknown rule code `{code}`; `perflint rules` lists them")
+        chosen = [registry[key]]
+    else:
+        raise click.UsageError("give a rule code, or --all")
+    if output_format == "json":
+        click.echo(json.dumps([_rule_json(r) for r in chosen], indent=2))
+        return
+    from rich.markdown import Markdown
+
+    console = _console()
+    for r in chosen:
+        console.print(Markdown(f"# {r.code} {r.name}\n\nFix: **{r.fix_class}** · severity: {r.severity.value} · "
+                               f"{'on' if r.default else 'off'} by default · {_versions(r)}\n\n{r.doc()}"))
+
+
+def _versions(r) -> str:
+    lo = ".".join(map(str, r.min_torch)) if r.min_torch else None
+    hi = ".".join(map(str, r.max_torch)) if r.max_torch else None
+    if lo and hi:
+        return f"target torch {lo} to before {hi}"
+    if lo:
+        return f"target torch ≥ {lo}"
+    if hi:
+        return f"target torch < {hi}"
+    return "all torch versions"
+
+
+def _rule_json(r) -> dict:
+    return {
+        "code": r.code,
+        "name": r.name,
+        "summary": r.summary,
+        "severity": r.severity.value,
+        "fix": r.fix_class,
+        "default": r.default,
+        "min_torch": ".".join(map(str, r.min_torch)) if r.min_torch else None,
+        "max_torch": ".".join(map(str, r.max_torch)) if r.max_torch else None,
+        "explanation": r.doc(),
+    }
+
+
+@main.command()
+@click.option("--output-format", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def rules(output_format):
+    """List every rule: code, name, fix class, whether it is on by default."""
+    import json
+
+    from perflint.rules import all_rules
+
+    registry = all_rules()
+    if output_format == "json":
+        click.echo(json.dumps([_rule_json(r) for r in registry.values()], indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title="perflint rules")
+    for col in ("code", "name", "fix", "default", "severity", "applies to"):
+        table.add_column(col)
+    for r in registry.values():
+        table.add_row(r.code, r.name, r.fix_class, "yes" if r.default else "no", r.severity.value, _versions(r))
+    _console().print(table)
+
+
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.argument("script", type=click.Path(exists=True, dir_okay=False))
+@click.option("--fixed", type=click.Path(exists=True, dir_okay=False), help="The optimised script (default: perflint's own fix of SCRIPT).")
+@click.option("--unsafe-fixes", is_flag=True, help="Produce the fixed script with unsafe fixes too.")
+@click.option("--steps", type=click.IntRange(min=1), default=30, show_default=True, help="Measured optimizer steps per run.")
+@click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True, help="Optimizer steps discarded before measuring.")
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Runs of each script, alternated A B A B ….")
+@click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds one run may take.")
+@click.option("--loss-tolerance", type=float, default=0.05, show_default=True, help="Largest relative loss difference accepted.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the result as JSON here.")
+@click.option("--target-torch", metavar="X.Y", help="Target torch version for the fixer.")
+@click.option("--quiet", "-q", is_flag=True, help="No per-run progress lines.")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def verify(script, fixed, unsafe_fixes, steps, warmup, repeats, timeout, loss_tolerance, json_out, target_torch, quiet, script_args):
+    """Measure SCRIPT against its fixed version, alternating runs (needs torch).
+
+    Arguments after `--` go to both scripts, e.g. `perflint verify train.py -- --device cuda`.
+    """
+    try:
+        from perflint_runtime.verify import main as verify_main
+    except ImportError as exc:
+        raise click.ClickException(
+            f"`perflint verify` needs the runtime package and torch ({exc}); install with "
+            "`pip install 'torch-perflint[runtime]'`"
+        ) from None
+    target = parse_version(target_torch, "--target-torch") if target_torch else None
+    code = verify_main(
+        script=script, fixed=fixed, unsafe_fixes=unsafe_fixes, steps=steps, warmup=warmup, repeats=repeats,
+        timeout=timeout, loss_tolerance=loss_tolerance, json_out=json_out, script_args=list(script_args),
+        target_torch=target, quiet=quiet,
+    )
+    sys.exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,473 @@
+"""Lint and fix one file, or many in parallel with a result cache.
+
+    read ─► prefilter ─► parse ─► facts ─► rules ─► positions ─► noqa ─► diagnostics
+                                                                  └─► fix: apply, re-parse, repeat
+
+The engine is a library: it never imports the CLI and prints nothing.  `fix_source()` is the
+entry point the runtime's verifier uses to produce the "after" script.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from perflint import __version__
+from perflint.diagnostics import (
+    Applicability,
+    Diagnostic,
+    Edit,
+    ErrorKind,
+    FileError,
+    FileResult,
+    Fix,
+    Location,
+)
+from perflint.noqa import parse_suppressions
+from perflint.source import Source, SourceError, read_source
+
+MAX_FIX_PASSES = 10
+BUG_HINT = "this is a bug in perflint; please report it with the file that triggers it"
+
+
+@dataclass(frozen=True)
+class LintOptions:
+    """What decides a file's diagnostics, besides its content (so: the cache key)."""
+
+    codes: tuple[str, ...]
+    target_torch: tuple[int, int] = (2, 4)
+    with_edits: bool = False
+    prefilter: bool = True
+
+    def fingerprint(self) -> str:
+        blob = json.dumps([__version__, list(self.codes), list(self.target_torch), self.with_edits, self.prefilter])
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class _Analysis:
+    module: object
+    facts: object
+    findings: list  # (rule, Violation)
+    errors: list[FileError] = field(default_factory=list)
+
+
+def _rules_for(options: LintOptions):
+    from perflint.rules import all_rules
+
+    registry = all_rules()
+    return [registry[c]() for c in options.codes if c in registry and registry[c].applies_to(options.target_torch)]
+
+
+def prefilter_tokens(rules) -> tuple[bytes, ...]:
+    toks: set[bytes] = set()
+    for r in rules:
+        toks.update(r.tokens)
+    return tuple(sorted(toks))
+
+
+def _parse(text: str, path: str):
+    import libcst as cst
+
+    try:
+        return cst.parse_module(text), None
+    except cst.ParserSyntaxError as exc:
+        msg = str(exc.message).splitlines()[0] if exc.message else "invalid syntax"
+        return None, FileError(path, ErrorKind.SYNTAX, f"line {exc.raw_line}, column {exc.raw_column + 1}: {msg}")
+    except RecursionError:
+        return None, FileError(path, ErrorKind.SYNTAX, "too deeply nested to parse")
+    except Exception as exc:  # noqa: BLE001 - libcst raises assorted errors on odd input
+        return None, FileError(path, ErrorKind.SYNTAX, f"cannot parse: {type(exc).__name__}: {exc}".splitlines()[0])
+
+
+def _analyze(text: str, path: str, rules, target) -> _Analysis | FileError:
+    from perflint.facts import Facts
+
+    module, err = _parse(text, path)
+    if err is not None:
+        return err
+    try:
+        facts = Facts(module, target)
+    except RecursionError:
+        return FileError(path, ErrorKind.INTERNAL, "file too deeply nested to analyse")
+    findings = []
+    errors = []
+    for rule in rules:
+        try:
+            for v in rule.check(facts):
+                findings.append((rule, v))
+        except Exception as exc:  # noqa: BLE001 - one broken rule must not take the run down
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            errors.append(
+                FileError(
+                    path,
+                    ErrorKind.INTERNAL,
+                    f"rule {rule.code} failed ({type(exc).__name__}: {exc} at "
+                    f"{os.path.basename(where.filename)}:{where.lineno}); {BUG_HINT}",
+                )
+            )
+    return _Analysis(module, facts, findings, errors)
+
+
+def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOptions) -> list[Diagnostic]:
+    from perflint.positions import LineIndex, node_offsets
+
+    if not analysis.findings:
+        return []
+    module = analysis.module
+    offsets = node_offsets(module, [v.node for _, v in analysis.findings])
+    lines = LineIndex(text)
+    sup = parse_suppressions(text)
+    out = []
+    for rule, v in analysis.findings:
+        if v.node not in offsets:
+            continue
+        s, e = offsets[v.node]
+        row, col = lines.row_col(s)
+        erow, ecol = lines.row_col(e)
+        if sup.suppressed(rule.code, row):
+            continue
+        cell = None
+        if src.notebook is not None:
+            cell, row = src.notebook.locate(row)
+            _, erow = src.notebook.locate(erow)
+        fix = None
+        if v.fix is not None:
+            edits: tuple[Edit, ...] = ()
+            if options.with_edits:
+                edits = _edits_for(module, text, v.fix, lines, src)
+            fix = Fix(v.fix.applicability, v.fix.message, edits)
+        out.append(
+            Diagnostic(
+                code=rule.code,
+                name=rule.name,
+                message=v.message,
+                severity=rule.severity,
+                location=Location(row, col),
+                end_location=Location(erow, ecol),
+                fix=fix,
+                cell=cell,
+            )
+        )
+    out.sort(key=lambda d: d.sort_key)
+    return _dedupe(out)
+
+
+def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
+    seen = set()
+    out = []
+    for d in diags:
+        key = (d.code, d.cell, d.location, d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+def _edits_for(module, text: str, plan, lines, src: Source) -> tuple[Edit, ...]:
+    """One edit covering what applying just this fix changes in the text."""
+    try:
+        new = _apply(module, [plan]).code
+    except Exception:  # noqa: BLE001
+        return ()
+    if new == text:
+        return ()
+    start = 0
+    limit = min(len(text), len(new))
+    while start < limit and text[start] == new[start]:
+        start += 1
+    end_old, end_new = len(text), len(new)
+    while end_old > start and end_new > start and text[end_old - 1] == new[end_new - 1]:
+        end_old -= 1
+        end_new -= 1
+    r1, c1 = lines.row_col(start)
+    r2, c2 = lines.row_col(end_old)
+    if src.notebook is not None:
+        cell1, r1 = src.notebook.locate(r1)
+        cell2, r2 = src.notebook.locate(r2)
+        if cell1 != cell2:
+            return ()
+    return (Edit(new[start:end_new], Location(r1, c1), Location(r2, c2)),)
+
+
+def _apply(module, plans):
+    import libcst as cst
+
+    replacements: dict = {}
+    for plan in plans:
+        replacements.update(plan.replacements)
+
+    class _Replacer(cst.CSTTransformer):
+        def on_leave(self, original_node, updated_node):
+            return replacements.get(original_node, updated_node)
+
+    return module.visit(_Replacer())
+
+
+def _non_overlapping(facts, plans):
+    """Pick fixes whose replaced nodes neither contain nor sit inside another picked fix's."""
+    taken: set = set()  # replaced nodes
+    covered: set = set()  # replaced nodes and all their ancestors
+    chosen = []
+    for plan in plans:
+        nodes = list(plan.replacements)
+        clash = False
+        for n in nodes:
+            if n in covered:
+                clash = True
+                break
+            if any(a in taken for a in facts.ancestors(n)):
+                clash = True
+                break
+        if clash:
+            continue
+        chosen.append(plan)
+        for n in nodes:
+            taken.add(n)
+            covered.add(n)
+            covered.update(facts.ancestors(n))
+    return chosen
+
+
+def _load(path: str, raw: bytes | None) -> Source | FileError:
+    try:
+        return read_source(path, raw)
+    except SourceError as exc:
+        return FileError(path, ErrorKind(exc.kind), exc.message)
+
+
+def lint_bytes(path: str, raw: bytes | None, options: LintOptions) -> FileResult:
+    result = FileResult(path=path)
+    src = _load(path, raw)
+    if isinstance(src, FileError):
+        result.errors.append(src)
+        return result
+    rules = _rules_for(options)
+    if options.prefilter and not any(tok in src.raw for tok in prefilter_tokens(rules)):
+        result.skipped = True
+        return result
+    analysis = _analyze(src.text, path, rules, options.target_torch)
+    if isinstance(analysis, FileError):
+        result.errors.append(_in_cell(analysis, src))
+        return result
+    result.errors.extend(analysis.errors)
+    try:
+        result.diagnostics = _to_diagnostics(src, src.text, analysis, options)
+    except Exception as exc:  # noqa: BLE001
+        result.errors.append(FileError(path, ErrorKind.INTERNAL, f"reporting failed ({type(exc).__name__}: {exc}); {BUG_HINT}"))
+    return result
+
+
+def _in_cell(err: FileError, src: Source) -> FileError:
+    """Rewrite a syntax error's virtual row into the notebook's cell:row."""
+    if src.notebook is None or err.kind is not ErrorKind.SYNTAX or not err.message.startswith("line "):
+        return err
+    try:
+        head, rest = err.message.split(",", 1)
+        row = int(head.split()[1])
+    except (ValueError, IndexError):
+        return err
+    cell, crow = src.notebook.locate(row)
+    return FileError(err.path, err.kind, f"cell {cell}, line {crow},{rest}")
+
+
+def _applicable(plan, unsafe: bool) -> bool:
+    return plan.applicability is Applicability.SAFE or (unsafe and plan.applicability is Applicability.UNSAFE)
+
+
+def fix_text(
+    text: str,
+    path: str,
+    options: LintOptions,
+    unsafe: bool,
+    suppressions_text: str | None = None,
+    fixable: Callable[[str], bool] | None = None,
+) -> tuple[str, dict[str, int], list[FileError]]:
+    """Apply fixes to a fixed point. Returns (new text, fixes applied by code, errors).
+
+    The text is only ever replaced by a version that parses; when a pass produces code that
+    does not parse, the pass is dropped and reported.
+    """
+    rules = _rules_for(options)
+    applied: dict[str, int] = {}
+    errors: list[FileError] = []
+    for _ in range(MAX_FIX_PASSES):
+        analysis = _analyze(text, path, rules, options.target_torch)
+        if isinstance(analysis, FileError):
+            errors.append(analysis)
+            return text, applied, errors
+        sup = parse_suppressions(text)
+        plans = []
+        codes = []
+        if analysis.findings:
+            from perflint.positions import LineIndex, node_offsets
+
+            offsets = node_offsets(analysis.module, [v.node for _, v in analysis.findings])
+            lines = LineIndex(text)
+            ordered = sorted(
+                (offsets.get(v.node, (0, 0))[0], i, rule, v) for i, (rule, v) in enumerate(analysis.findings)
+            )
+            for _, _, rule, v in ordered:
+                if v.fix is None or not _applicable(v.fix, unsafe):
+                    continue
+                if fixable is not None and not fixable(rule.code):
+                    continue
+                if v.node in offsets and sup.suppressed(rule.code, lines.row_col(offsets[v.node][0])[0]):
+                    continue
+                if any(p is v.fix for p in plans):
+                    continue
+                plans.append(v.fix)
+                codes.append(rule.code)
+        if not plans:
+            return text, applied, errors
+        chosen = _non_overlapping(analysis.facts, plans)
+        try:
+            new_text = _apply(analysis.module, chosen).code
+        except Exception as exc:  # noqa: BLE001
+            errors.append(FileError(path, ErrorKind.FIX, f"applying fixes failed ({type(exc).__name__}: {exc}); {BUG_HINT}"))
+            return text, applied, errors
+        if new_text == text:
+            return text, applied, errors
+        _, perr = _parse(new_text, path)
+        if perr is not None:
+            errors.append(
+                FileError(path, ErrorKind.FIX, f"a fix produced code that does not parse ({perr.message}); file not changed by it; {BUG_HINT}")
+            )
+            return text, applied, errors
+        for plan in chosen:
+            code = codes[plans.index(plan)]
+            applied[code] = applied.get(code, 0) + 1
+        text = new_text
+    errors.append(FileError(path, ErrorKind.FIX, f"fixes did not settle after {MAX_FIX_PASSES} passes; {BUG_HINT}"))
+    return text, applied, errors
+
+
+def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, fixable=None) -> FileResult:
+    result = FileResult(path=path)
+    src = _load(path, raw)
+    if isinstance(src, FileError):
+        result.errors.append(src)
+        return result
+    result.original_bytes = src.raw
+    rules = _rules_for(options)
+    if options.prefilter and not any(tok in src.raw for tok in prefilter_tokens(rules)):
+        result.skipped = True
+        return result
+    new_text, applied, errors = fix_text(src.text, path, options, unsafe, fixable=fixable)
+    result.errors.extend(_in_cell(e, src) for e in errors)
+    if new_text != src.text:
+        try:
+            new_bytes = src.encode(new_text)
+        except SourceError as exc:
+            result.errors.append(FileError(path, ErrorKind(exc.kind), exc.message))
+            new_text = src.text
+        except UnicodeEncodeError as exc:
+            result.errors.append(FileError(path, ErrorKind.FIX, f"fixed text cannot be encoded as {src.encoding}: {exc.reason}"))
+            new_text = src.text
+        else:
+            if new_bytes != src.raw:
+                result.fixed_bytes = new_bytes
+                result.fixes_applied = applied
+    # What is left after fixing.
+    if new_text != src.text:
+        src2 = _load(path, result.fixed_bytes)
+        if isinstance(src2, FileError):
+            result.errors.append(src2)
+            return result
+        src = src2
+    analysis = _analyze(src.text, path, rules, options.target_torch)
+    if isinstance(analysis, FileError):
+        result.errors.append(_in_cell(analysis, src))
+        return result
+    result.errors.extend(e for e in analysis.errors if e not in result.errors)
+    result.diagnostics = _to_diagnostics(src, src.text, analysis, options)
+    return result
+
+
+def fix_source(text: str, *, unsafe: bool = False, codes: Sequence[str] | None = None,
+               target_torch: tuple[int, int] = (2, 4), path: str = "<string>") -> str:
+    """Return `text` with perflint's fixes applied (the verifier's "after" script).
+
+    Raises ValueError when the text does not parse.
+    """
+    from perflint.rules import all_rules
+
+    options = LintOptions(codes=tuple(codes or all_rules()), target_torch=target_torch, prefilter=False)
+    new, _, errors = fix_text(text, path, options, unsafe)
+    syntax = [e for e in errors if e.kind is ErrorKind.SYNTAX]
+    if syntax:
+        raise ValueError(syntax[0].one_line())
+    return new
+
+
+# ----------------------------------------------------------------------------------------
+# Many files
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    path: str
+    options: LintOptions
+    fix: bool = False
+    unsafe: bool = False
+    raw: bytes | None = None
+    fixable: frozenset[str] | None = None
+
+
+def _fixable_pred(job: Job):
+    if job.fixable is None:
+        return None
+    allowed = job.fixable
+    return lambda code: code in allowed
+
+
+def run_job(job: Job) -> FileResult:
+    try:
+        if job.fix:
+            return fix_bytes(job.path, job.raw, job.options, job.unsafe, fixable=_fixable_pred(job))
+        return lint_bytes(job.path, job.raw, job.options)
+    except RecursionError:
+        return FileResult(path=job.path, errors=[FileError(job.path, ErrorKind.INTERNAL, "too deeply nested to analyse")])
+    except Exception as exc:  # noqa: BLE001
+        return FileResult(
+            path=job.path,
+            errors=[FileError(job.path, ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}; {BUG_HINT}".splitlines()[0])],
+        )
+
+
+def run_jobs(jobs: list[Job], workers: int, progress: Callable[[FileResult], None] | None = None) -> list[FileResult]:
+    """Run jobs, in worker processes when there are enough of them to pay for the start-up."""
+    results: list[FileResult] = []
+    if workers <= 1 or len(jobs) < 8:
+        for job in jobs:
+            r = run_job(job)
+            results.append(r)
+            if progress:
+                progress(r)
+        return results
+    # Largest files first keeps the workers evenly loaded.
+    order = sorted(range(len(jobs)), key=lambda i: -(len(jobs[i].raw) if jobs[i].raw is not None else 0))
+    out: list[FileResult | None] = [None] * len(jobs)
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = {pool.submit(run_job, jobs[i]): i for i in order}
+        from concurrent.futures import as_completed
+
+        for fut in as_completed(futures):
+            i = futures[fut]
+            try:
+                r = fut.result()
+            except Exception as exc:  # noqa: BLE001 - a worker that died
+                r = FileResult(path=jobs[i].path, errors=[FileError(jobs[i].path, ErrorKind.INTERNAL, f"worker failed: {exc}")])
+            out[i] = r
+            if progress:
+                progress(r)
+    return [r for r in out if r is not None]

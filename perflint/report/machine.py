@@ -1,0 +1,142 @@
+"""Machine-readable formats: `json` (ruff-compatible objects), `sarif` (2.1.0), `github`."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from perflint import __version__
+from perflint.diagnostics import FileResult
+
+_SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+_GITHUB_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def _loc(loc) -> dict:
+    return {"column": loc.column, "row": loc.row}
+
+
+def to_json(results: list[FileResult]) -> str:
+    out = []
+    for r in results:
+        filename = os.path.abspath(r.path)
+        for d in r.diagnostics:
+            out.append(
+                {
+                    "cell": d.cell,
+                    "code": d.code,
+                    "end_location": _loc(d.end_location),
+                    "filename": filename,
+                    "fix": None
+                    if d.fix is None
+                    else {
+                        "applicability": d.fix.applicability.value,
+                        "edits": [
+                            {"content": e.content, "end_location": _loc(e.end_location), "location": _loc(e.location)}
+                            for e in d.fix.edits
+                        ],
+                        "message": d.fix.message,
+                    },
+                    "location": _loc(d.location),
+                    "message": d.message,
+                    "name": d.name,
+                    "noqa_row": d.location.row,
+                    "severity": d.severity.value,
+                    "url": None,
+                }
+            )
+    return json.dumps(out, indent=2)
+
+
+def to_sarif(results: list[FileResult]) -> str:
+    from perflint.rules import all_rules
+
+    registry = all_rules()
+    used = sorted({d.code for r in results for d in r.diagnostics})
+    rule_index = {code: i for i, code in enumerate(used)}
+    rules = []
+    for code in used:
+        rule = registry[code]
+        rules.append(
+            {
+                "id": code,
+                "name": rule.name,
+                "shortDescription": {"text": rule.summary},
+                "fullDescription": {"text": rule.summary},
+                "help": {"text": rule.doc(), "markdown": rule.doc()},
+                "defaultConfiguration": {"level": _SARIF_LEVEL[rule.severity.value]},
+                "properties": {"fix": rule.fix_class, "tags": ["performance", "pytorch"]},
+            }
+        )
+    sarif_results = []
+    for r in results:
+        uri = Path(os.path.relpath(os.path.abspath(r.path))).as_posix()
+        for d in r.diagnostics:
+            region = {
+                "startLine": d.location.row,
+                "startColumn": d.location.column,
+                "endLine": d.end_location.row,
+                "endColumn": d.end_location.column,
+            }
+            sarif_results.append(
+                {
+                    "ruleId": d.code,
+                    "ruleIndex": rule_index[d.code],
+                    "level": _SARIF_LEVEL[d.severity.value],
+                    "message": {"text": d.message},
+                    "locations": [
+                        {
+                            "physicalLocation": {
+                                "artifactLocation": {"uri": uri, "uriBaseId": "%SRCROOT%"},
+                                "region": region,
+                            }
+                        }
+                    ],
+                    **({"properties": {"cell": d.cell}} if d.cell is not None else {}),
+                }
+            )
+    doc = {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "perflint",
+                        "version": __version__,
+                        "informationUri": "https://pypi.org/project/torch-perflint/",
+                        "rules": rules,
+                    }
+                },
+                "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().as_uri() + "/"}},
+                "results": sarif_results,
+            }
+        ],
+    }
+    return json.dumps(doc, indent=2)
+
+
+def _gh_escape(text: str, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if prop:
+        text = text.replace(":", "%3A").replace(",", "%2C")
+    return text
+
+
+def to_github(results: list[FileResult]) -> str:
+    lines = []
+    for r in results:
+        path = Path(os.path.relpath(os.path.abspath(r.path))).as_posix()
+        for d in r.diagnostics:
+            level = _GITHUB_LEVEL[d.severity.value]
+            props = (
+                f"title={_gh_escape(f'perflint ({d.code})', True)},file={_gh_escape(path, True)},"
+                f"line={d.location.row},col={d.location.column},"
+                f"endLine={d.end_location.row},endColumn={d.end_location.column}"
+            )
+            cell = f"cell {d.cell}:" if d.cell is not None else ""
+            lines.append(
+                f"::{level} {props}::{_gh_escape(f'{path}:{cell}{d.location.row}:{d.location.column}: {d.code} {d.message}')}"
+            )
+    return "\n".join(lines)

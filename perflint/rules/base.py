@@ -1,0 +1,72 @@
+"""The contract between the engine and a rule.
+
+A rule is a class with a code, a name, a house-format docstring, a severity, its fix class
+and the torch versions it applies to.  `check(facts)` yields `Violation`s: the node to report,
+a message, and optionally a `FixPlan` — replacements of original nodes by new ones, which the
+engine applies with a libcst transformer (never by editing strings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Iterator
+
+import libcst as cst
+
+from perflint.diagnostics import Applicability, Severity
+from perflint.facts import Facts
+
+Version = tuple[int, int]
+
+
+@dataclass
+class FixPlan:
+    applicability: Applicability
+    message: str
+    # original node → its replacement (a node, a FlattenSentinel, or a RemovalSentinel)
+    replacements: dict[cst.CSTNode, object] = field(default_factory=dict)
+
+
+@dataclass
+class Violation:
+    node: cst.CSTNode
+    message: str
+    fix: FixPlan | None = None
+
+
+class Rule:
+    code: ClassVar[str]
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    severity: ClassVar[Severity] = Severity.WARNING
+    fix_class: ClassVar[str] = "none"  # "none" | "safe" | "unsafe" | "safe or unsafe"
+    default: ClassVar[bool] = True
+    # The rule applies when min_torch <= target torch < max_torch (None: unbounded).
+    min_torch: ClassVar[Version | None] = None
+    max_torch: ClassVar[Version | None] = None
+    # Prefilter: a file that contains none of these byte strings cannot produce a finding.
+    tokens: ClassVar[tuple[bytes, ...]] = (b"torch",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    @classmethod
+    def applies_to(cls, target: Version) -> bool:
+        if cls.min_torch is not None and target < cls.min_torch:
+            return False
+        if cls.max_torch is not None and target >= cls.max_torch:
+            return False
+        return True
+
+    @classmethod
+    def doc(cls) -> str:
+        import inspect
+
+        return inspect.cleandoc(cls.__doc__ or "")
+
+    # helpers -------------------------------------------------------------------------
+    def safe(self, message: str, replacements: dict) -> FixPlan:
+        return FixPlan(Applicability.SAFE, message, replacements)
+
+    def unsafe(self, message: str, replacements: dict) -> FixPlan:
+        return FixPlan(Applicability.UNSAFE, message, replacements)
