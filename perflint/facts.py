@@ -247,6 +247,7 @@ class Facts:
         self.module = module
         self.target_torch = target_torch
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.order: dict[cst.CSTNode, int] = {}
         self.index: dict[type, list[cst.CSTNode]] = {t: [] for t in _INDEXED}
         self.imports = ImportTable()
         # scope → name → bindings
@@ -261,11 +262,15 @@ class Facts:
     # -- the walk -----------------------------------------------------------------------
     def _walk(self) -> None:
         parents = self.parents
+        order = self.order
         index = self.index
         indexed = set(_INDEXED)
         stack: list[cst.CSTNode] = [self.module]
+        counter = 0
         while stack:
             node = stack.pop()
+            order[node] = counter
+            counter += 1
             cls = type(node)
             if cls in indexed:
                 index[cls].append(node)
@@ -400,18 +405,63 @@ class Facts:
 
     # -- name lookup ----------------------------------------------------------------------
     def lookup(self, name: str, at: cst.CSTNode) -> list[Binding]:
-        """Bindings of `name` visible from `at`: the innermost function scope that binds it,
-        then enclosing functions, then the module (class bodies are skipped, as Python does)."""
+        """Bindings of `name` that may reach `at`.
+
+        The scope is the innermost function that binds the name (then enclosing ones, then
+        the module; class bodies are skipped, as Python does).  Within it, the binding that
+        last precedes `at` wins — a loop's target for code in its body, the assignment before
+        a use — unless it sits in a branch that may not run, or a later assignment in an
+        enclosing loop can carry over into the next iteration; then every candidate counts.
+        """
         scope: cst.CSTNode | None = self.scope_of(at)
         while scope is not None:
             if not isinstance(scope, cst.ClassDef) or scope is self.scope_of(at):
                 found = self.bindings.get(scope, {}).get(name)
                 if found:
-                    return found
+                    return self._reaching(found, at)
             if isinstance(scope, cst.Module):
                 break
             scope = self.scope_of(scope)
         return []
+
+    def _reaches(self, b: Binding, at: cst.CSTNode) -> bool:
+        site = b.site
+        if site is None:
+            return True
+        if isinstance(site, (cst.For, cst.With, cst.FunctionDef)):
+            body = site.body
+            return self.is_inside(at, body)
+        if isinstance(site, cst.CompFor):
+            return self.is_inside(at, self.parents.get(site, site)) and not self.is_inside(at, site.iter)
+        return self.order.get(site, 0) < self.order.get(at, 0) and not self.is_inside(at, site)
+
+    def _reaching(self, bindings: list[Binding], at: cst.CSTNode) -> list[Binding]:
+        if len(bindings) == 1:
+            return bindings
+        pre = [b for b in bindings if self._reaches(b, at)]
+        if not pre:
+            return bindings
+        last = max(pre, key=lambda b: self.order.get(b.site, 0) if b.site is not None else -1)
+        if last.site is None:
+            return pre
+        common = set(self.ancestors(at)) | {at}
+        for a in self.ancestors(last.site):
+            if a in common:
+                break
+            if isinstance(a, (cst.If, cst.Else, cst.Try, cst.ExceptHandler, cst.Finally, cst.For, cst.While,
+                              cst.IfExp, cst.Match)):
+                return pre
+        out = [last]
+        for loop in self.ancestors(at):
+            if not isinstance(loop, (cst.For, cst.While)):
+                continue
+            if last.site is loop or self.is_inside(last.site, loop):
+                break  # re-bound inside this loop before the use, every iteration
+            for b in bindings:
+                if b.site is not None and b is not last and self.is_inside(b.site, loop) and \
+                        self.order.get(b.site, 0) > self.order.get(at, 0):
+                    out.append(b)
+        return out
 
     def self_attr_bindings(self, node: cst.Attribute) -> list[Binding]:
         if isinstance(node.value, cst.Name) and node.value.value == "self":

@@ -414,8 +414,8 @@ class DataLoaderInvalidWorkerOptions(Rule):
                 if arg is None:
                     continue
                 v = literal_value(arg.value)
-                if v is None or v is False:
-                    continue
+                if v is None or v is False or isinstance(arg.value, cst.IfExp):
+                    continue  # harmless, or already conditional
                 if opt == "persistent_workers" and v is not True:
                     continue  # a variable: raises only when it is truthy
                 if opt == "prefetch_factor" and facts.target_torch < (2, 0) and v == 2:
