@@ -131,6 +131,9 @@ _NON_TENSOR_TORCH = re.compile(
     r"use_deterministic_algorithms|autograd\.[\w.]+|profiler\.[\w.]+|library\.[\w.]+|"
     r"accelerator\.[\w.]+|mps\.[\w.]+|xpu\.[\w.]+|compiler\.[\w.]+)$"
 )
+_CONSTRUCTORS = {"zeros", "ones", "full", "empty", "eye", "arange", "linspace", "logspace", "tensor",
+                 "zeros_like", "ones_like", "full_like", "empty_like", "rand", "randn", "randint", "randperm",
+                 "normal", "as_tensor", "scalar_tensor"}
 _RANDOM_CONSTRUCTORS = {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "rand_like",
                         "randn_like", "randint_like", "poisson", "multinomial"}
 
@@ -695,10 +698,18 @@ class Facts:
                     out |= {"loss", "tensor"}
                 if "tensor" in side or "output" in side:
                     out.add("tensor")
+                out |= side & {"device_tensor"}
+            if not out:
+                if left & {"number", "int"} and right & {"number", "int"}:
+                    return {"number"}
+                if (left | right) & {"numpy"}:
+                    return {"numpy"}
             return out
         if isinstance(node, cst.UnaryOperation):
             return set(self.kinds(node.expression)) & {"tensor", "loss"}
         if isinstance(node, cst.Comparison):
+            if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in node.comparisons):
+                return set()
             left = self.kinds(node.left)
             if "tensor" in left or "output" in left:
                 return {"tensor"}
@@ -751,6 +762,14 @@ class Facts:
                 if ".from_pretrained" in q or q.startswith(("torchvision.models", "timm", "torch.hub", "torchaudio.models")):
                     return {"model"}
             if q.startswith("torch.") and not _NON_TENSOR_TORCH.match(q):
+                short = q.rsplit(".", 1)[-1]
+                if short in _CONSTRUCTORS and q.count(".") == 1:
+                    dev = get_arg(node, "device")
+                    if dev is None or self.device_kinds(dev.value) == {"device_cpu"}:
+                        return {"tensor", "torch_op", "cpu_tensor"}
+                    return {"tensor", "torch_op", "device_tensor"}
+                if short in ("from_numpy", "as_tensor") and get_arg(node, "device") is None:
+                    return {"tensor", "torch_op", "cpu_tensor"}
                 return {"tensor", "torch_op"}
             if q in ("numpy.array", "numpy.asarray") or q.startswith("numpy."):
                 return {"numpy"}
@@ -790,6 +809,20 @@ class Facts:
                 return {"tensor", "detached"} if ("tensor" in rk or "loss" in rk or "output" in rk) else set()
             if name == "numpy":
                 return {"numpy"}
+            if name in ("to", "cuda") and ("batch" in rk or "tensor" in rk) and "model" not in rk:
+                out = {"batch"} if "batch" in rk else set()
+                out |= {"tensor"} & rk | ({"loss", "tensor"} if "loss" in rk else set())
+                dev = None if name == "cuda" else get_arg(node, "device", 0)
+                if name == "cuda" or (dev is not None and self.device_kinds(dev.value) - {"device_cpu"}
+                                      and not (self.kinds(dev.value) & {"tensor"})):
+                    out.add("device_tensor")
+                elif "cpu_tensor" in rk:
+                    out.add("cpu_tensor")
+                if "device_tensor" in rk:
+                    out.add("device_tensor")
+                return out
+            if name == "cpu":
+                return ({"tensor", "cpu_tensor"} if rk & {"tensor", "loss", "output", "batch"} else set())
             if name in _PASS_THROUGH_METHODS:
                 out = set()
                 if "model" in rk and name in ("to", "cuda", "cpu", "train", "eval", "float", "half", "bfloat16", "double", "type", "requires_grad_"):
@@ -802,6 +835,7 @@ class Facts:
                     out |= {"loss", "tensor"}
                 if "tensor" in rk or "output" in rk or "parameter" in rk:
                     out.add("tensor")
+                out |= rk & {"cpu_tensor", "device_tensor", "numpy"}
                 if "dataloader" in rk:
                     out.add("dataloader")
                 return out
@@ -1072,6 +1106,58 @@ class Facts:
                 return None
             cur = parent
         return None
+
+    # -- grad mode ------------------------------------------------------------------------
+    GRAD_OFF = ("torch.no_grad", "torch.inference_mode")
+
+    def grad_mode_of(self, expr: cst.BaseExpression) -> str | None:
+        """"off" for no_grad()/inference_mode()/set_grad_enabled(False), "on" for
+        enable_grad()/set_grad_enabled(True), else None."""
+        target = expr.func if isinstance(expr, cst.Call) else expr
+        q = self.qualname(target)
+        if q in self.GRAD_OFF:
+            if isinstance(expr, cst.Call) and q == "torch.inference_mode" and expr.args:
+                if literal_value(expr.args[0].value) is False:
+                    return "on"
+            return "off"
+        if q == "torch.enable_grad":
+            return "on"
+        if q == "torch.set_grad_enabled" and isinstance(expr, cst.Call) and expr.args:
+            v = literal_value(expr.args[0].value)
+            if v is False:
+                return "off"
+            if v is True:
+                return "on"
+            return "unknown"
+        return None
+
+    def grad_context(self, node: cst.CSTNode) -> str | None:
+        """"off"/"on"/"unknown" if `node` runs inside a grad-mode context or a function
+        decorated with one (innermost wins); None if no such context is visible."""
+        for a in self.ancestors(node):
+            if isinstance(a, cst.With):
+                for item in a.items:
+                    mode = self.grad_mode_of(item.item)
+                    if mode is not None:
+                        return mode
+            elif isinstance(a, cst.FunctionDef):
+                for d in a.decorators:
+                    mode = self.grad_mode_of(d.decorator)
+                    if mode is not None:
+                        return mode
+                return None
+            elif isinstance(a, (cst.Lambda, cst.ClassDef)):
+                return None
+        return None
+
+    def calls_within(self, container: cst.CSTNode) -> list[cst.Call]:
+        """Every call under `container`, nested defs included, in source order."""
+        lo = self.order.get(container, 0)
+        return [c for c in self.index[cst.Call] if self.order.get(c, -1) > lo and self.is_inside(c, container)]
+
+    def receiver_text(self, expr: cst.BaseExpression | None) -> str | None:
+        """`self.scaler` → "self.scaler"; used to match the same object across calls."""
+        return dotted(expr) if expr is not None else None
 
 
 def _leaves(block: cst.BaseSuite) -> bool:

@@ -1,1 +1,585 @@
-"""placeholder"""
+"""PF2 — host-device synchronisation inside training and evaluation loops."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from perflint.facts import Facts, call_name, iter_nodes, literal_value
+from perflint.rules import register
+from perflint.rules.base import Rule, Violation
+
+_SYNC_METHODS = {"item", "cpu", "numpy", "tolist"}
+_ON_DEVICE_HINT = (
+    "accumulate on the device (`running += loss.detach()`) and read it once per log "
+    "interval (`if step % 50 == 0: print(running.item() / 50)`)"
+)
+
+
+def _outer_chain(facts: Facts, call: cst.Call) -> Iterator[cst.Call]:
+    """Calls that use `call` as their method receiver: `call.cpu().numpy()` → cpu, numpy."""
+    cur: cst.CSTNode = call
+    while True:
+        attr = facts.parent(cur)
+        if not (isinstance(attr, cst.Attribute) and attr.value is cur):
+            return
+        outer = facts.parent(attr)
+        if not (isinstance(outer, cst.Call) and outer.func is attr):
+            return
+        yield outer
+        cur = outer
+
+
+def _inner_chain(expr: cst.BaseExpression) -> Iterator[cst.Call]:
+    """Method calls on the receiver side: for `a.cpu().numpy()`, the `.cpu()` call."""
+    cur = expr
+    while True:
+        if isinstance(cur, cst.Call) and isinstance(cur.func, cst.Attribute):
+            yield cur
+            cur = cur.func.value
+        elif isinstance(cur, cst.Attribute):
+            cur = cur.value
+        elif isinstance(cur, cst.Subscript):
+            cur = cur.value
+        else:
+            return
+
+
+def _host_value(facts: Facts, expr: cst.BaseExpression) -> bool:
+    """A value known to live on the host already: numbers, numpy, CPU tensors."""
+    ks = facts.kinds(expr)
+    if not ks:
+        return False
+    if ks & {"number", "numpy", "int"} and not ks & {"tensor", "loss", "output"}:
+        return True
+    if "cpu_tensor" in ks and "device_tensor" not in ks:
+        return True
+    if "batch" in ks and "device_tensor" not in ks and not ks & {"loss", "output"}:
+        return True  # straight from the DataLoader: still on the CPU
+    return False
+
+
+def _device_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
+    """A tensor that is (or may be) on the accelerator: losses, model outputs, torch results
+    that are not known CPU tensors, batches after `.to(device)`."""
+    ks = facts.kinds(expr)
+    if _host_value(facts, expr):
+        return False
+    return bool(ks & {"loss", "output", "device_tensor"}) or ("tensor" in ks and "cpu_tensor" not in ks)
+
+
+@register
+class ItemInLoop(Rule):
+    """
+    ## What it does
+    Flags `.item()` calls that run on every iteration of a training or evaluation loop (or
+    of a per-step function such as `training_step`), outside branches throttled by
+    `if step % N == 0:`, `if i == 0:` or `if is_last:`.
+
+    ## Why is this bad?
+    `.item()` copies a value from the GPU and makes the CPU wait until every queued kernel
+    has finished: the CPU can no longer run ahead to queue the next step, and the GPU idles
+    while Python catches up. Reported effects vary widely: 4% on a small model
+    (LANfactory PR #120, RTX 3090), +5–7% from deferring one of two `.item()` per step
+    (fvdb-reality-capture PR #144), 1.18× from removing most host reads (fairchem PR
+    #2193, 8×B200), and "training loop time divided by 2" in a launch-bound loop (joliGEN
+    PR #374). Expect 0–20% typically. On a CPU-only run `.item()` costs nothing.
+
+    ## Example
+    ```python
+    for step, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    ```
+
+    ## Use instead
+    ```python
+    running = torch.zeros((), device=device)
+    for step, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        running += loss.detach()
+        if step % 50 == 0:
+            print(running.item() / 50)
+            running.zero_()
+    ```
+
+    ## Fix safety
+    No fix. Turning `total += loss.item()` into `total += loss.detach()` changes a float
+    into a 0-d tensor, which breaks `json.dump`, `round()` and most loggers. Use
+    `torch.cuda.set_sync_debug_mode("warn")` to find the remaining syncs at run time.
+
+    ## Applies to
+    All torch versions. Reported in every training/evaluation loop; the cost is real only
+    when the tensor lives on an accelerator.
+
+    ## References
+    - PyTorch performance tuning guide, "Avoid unnecessary CPU-GPU synchronization"
+    - torchtune PR #522 (40–50 ms of `cudaStreamSynchronize` per step from `loss.item()`)
+    """
+
+    code = "PF201"
+    name = "item-in-loop"
+    summary = "`.item()` on every iteration of a training/eval loop (host-device sync)"
+    tokens = (b".item(",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        for call in facts.calls():
+            if call_name(call) != "item" or call.args or not isinstance(call.func, cst.Attribute):
+                continue
+            recv = call.func.value
+            if _host_value(facts, recv) or isinstance(recv, (cst.Integer, cst.Float)):
+                continue
+            ctx = facts.iteration_context(call)
+            if ctx is None:
+                continue
+            where = "training" if ctx.kind == "train" else "evaluation"
+            yield Violation(
+                call.func.attr,
+                f"`.item()` on every iteration of the {where} loop waits for the GPU; " + _ON_DEVICE_HINT,
+            )
+
+
+@register
+class HostSyncInLoop(Rule):
+    """
+    ## What it does
+    Flags other host-device synchronisations that run on every iteration of a training or
+    evaluation loop: `.cpu()`, `.numpy()` and `.tolist()` of device tensors, `float()`,
+    `int()` and `bool()` of a tensor, `print()` of a tensor (directly or in an f-string),
+    `torch.cuda.synchronize()`, and `if`/`while`/`assert` on a tensor value.
+
+    ## Why is this bad?
+    Each of these waits for the GPU to finish everything queued so far, as `.item()` does
+    (PF201): the CPU stops running ahead and the GPU idles at the start of the next step.
+    An `if` on a tensor (`if loss.isnan():`) is the easiest to miss. The effect is the same
+    range as PF201 (0–20% typical, up to 2× in launch-bound loops).
+
+    ## Example
+    ```python
+    for x, y in loader:
+        out = model(x)
+        preds.extend(out.argmax(1).cpu().tolist())
+        if torch.isnan(loss):
+            break
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        out = model(x)
+        preds.append(out.argmax(1))          # stays on the device
+    preds = torch.cat(preds).cpu().tolist()  # one copy after the loop
+    ```
+
+    ## Fix safety
+    No fix: moving the read out of the loop changes the program's structure.
+
+    ## Applies to
+    All torch versions. Values known to be on the host (Python numbers, numpy arrays,
+    batches not yet moved to a device, tensors created without a device) are ignored.
+
+    ## References
+    - PyTorch performance tuning guide, "Avoid unnecessary CPU-GPU synchronization"
+    - `torch.cuda.set_sync_debug_mode` documentation
+    """
+
+    code = "PF202"
+    name = "host-sync-in-loop"
+    summary = "host-device sync (`.cpu()`, `float(t)`, `print(t)`, `if t:` …) on every iteration"
+    tokens = (b".cpu(", b".numpy(", b".tolist(", b"float(", b"int(", b"bool(", b"print(", b"synchronize",
+              b"if ", b"assert ", b"while ")
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        for call in facts.calls():
+            v = self._call(facts, call)
+            if v is not None:
+                yield v
+        for node in (*facts.index[cst.If], *facts.index[cst.While], *facts.index[cst.Assert]):
+            test = node.test
+            if not self._tensor_condition(facts, test):
+                continue
+            if facts.iteration_context(node) is None:
+                continue
+            kind = {cst.If: "if", cst.While: "while", cst.Assert: "assert"}[type(node)]
+            yield Violation(
+                node,
+                f"`{kind}` on a tensor value reads it back to the host on every iteration; keep the check "
+                "on the device (e.g. `torch.nan_to_num`, masking) or do it every N steps",
+            )
+
+    def _call(self, facts: Facts, call: cst.Call) -> Violation | None:
+        name = call_name(call)
+        q = facts.qualname(call.func)
+        message = None
+        if q == "torch.cuda.synchronize":
+            message = "`torch.cuda.synchronize()` on every iteration stalls the CPU until the GPU is idle; synchronize only where you time or read results"
+        elif isinstance(call.func, cst.Attribute) and name in ("cpu", "numpy", "tolist") and not call.args:
+            recv = call.func.value
+            if any(call_name(c) in _SYNC_METHODS for c in _inner_chain(recv)):
+                return None  # reported at the first sync of the chain
+            if any(call_name(c) == "item" for c in _outer_chain(facts, call)):
+                return None  # PF201 reports the chain
+            if not _device_tensor(facts, recv):
+                return None
+            if name == "cpu" and facts.has_kind(recv, "model"):
+                return None
+            message = f"`.{name}()` of a device tensor on every iteration copies it to the host and waits for the GPU; " \
+                      "collect on the device and copy once after the loop (or every N steps)"
+        elif isinstance(call.func, cst.Name) and name in ("float", "int", "bool") and q is None and len(call.args) == 1:
+            arg = call.args[0].value
+            if _device_tensor(facts, arg) and not any(call_name(c) in _SYNC_METHODS for c in _inner_chain(arg)):
+                message = f"`{name}()` of a tensor on every iteration reads it back from the GPU; " + _ON_DEVICE_HINT
+        elif isinstance(call.func, cst.Name) and name == "print" and q is None:
+            if any(self._prints_tensor(facts, a.value) for a in call.args if a.keyword is None):
+                message = "`print()` of a tensor on every iteration copies it to the host and waits for the GPU; print every N steps"
+        if message is None:
+            return None
+        if facts.iteration_context(call) is None:
+            return None
+        return Violation(call, message)
+
+    def _prints_tensor(self, facts: Facts, expr: cst.BaseExpression) -> bool:
+        if isinstance(expr, cst.FormattedString):
+            for part in expr.parts:
+                if isinstance(part, cst.FormattedStringExpression) and self._bare_tensor(facts, part.expression):
+                    return True
+            return False
+        return self._bare_tensor(facts, expr)
+
+    @staticmethod
+    def _bare_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
+        if any(call_name(c) in _SYNC_METHODS for c in _inner_chain(expr)):
+            return False  # `.item()` is PF201's
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in ("float", "int", "len", "str", "round"):
+            return False
+        return _device_tensor(facts, expr) and not facts.has_kind(expr, "model")
+
+    def _tensor_condition(self, facts: Facts, test: cst.BaseExpression) -> bool:
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test = test.expression
+        if isinstance(test, cst.BooleanOperation):
+            return self._tensor_condition(facts, test.left) or self._tensor_condition(facts, test.right)
+        if any(call_name(c) in _SYNC_METHODS for c in _inner_chain(test)):
+            return False
+        if isinstance(test, cst.Comparison):
+            if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in test.comparisons):
+                return False
+            sides = [test.left] + [c.comparator for c in test.comparisons]
+            return any(self._strong_tensor(facts, s) for s in sides)
+        if isinstance(test, cst.Call):
+            q = facts.qualname(test.func) or ""
+            if q.startswith("torch.") and q.rsplit(".", 1)[-1] in ("isnan", "isinf", "isfinite", "any", "all", "equal", "allclose", "is_nonzero"):
+                return any(_device_tensor(facts, a.value) for a in test.args) or q.endswith(("equal", "allclose"))
+            if isinstance(test.func, cst.Attribute) and call_name(test) in ("any", "all", "isnan", "isinf", "is_nonzero", "equal", "allclose"):
+                return self._strong_tensor(facts, test.func.value)
+            return False
+        return self._strong_tensor(facts, test)
+
+    @staticmethod
+    def _strong_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
+        ks = facts.kinds(expr)
+        if _host_value(facts, expr):
+            return False
+        return bool(ks & {"loss", "device_tensor"}) or ("torch_op" in ks and "cpu_tensor" not in ks)
+
+
+@register
+class EmptyCacheInLoop(Rule):
+    """
+    ## What it does
+    Flags `torch.cuda.empty_cache()` and `gc.collect()` on every iteration of a training or
+    evaluation loop.
+
+    ## Why is this bad?
+    `empty_cache()` hands cached blocks back to the driver, so the next step has to
+    `cudaMalloc` them again, which synchronises; it does not make more memory available to
+    PyTorch (the docs: it "doesn't increase the amount of GPU memory available for
+    PyTorch"). `gc.collect()` walks every Python object. Measured in peft PR #2894 over 250
+    steps: removing a per-step `gc.collect()` went from 108 s to 65 s; calling
+    `empty_cache()` every 10 steps instead of every step 65 s → 50 s; never, 45 s (with
+    reserved memory 12.0 → 22.1 GB). transformers removed its per-step `empty_cache`
+    (issue #31372, PR #31530) and made it opt-in every N steps.
+
+    ## Example
+    ```python
+    for batch in loader:
+        train_step(batch)
+        torch.cuda.empty_cache()
+    ```
+
+    ## Use instead
+    ```python
+    for step, batch in enumerate(loader):
+        train_step(batch)
+        if step % 100 == 0:
+            torch.cuda.empty_cache()  # only if fragmentation is a real problem
+    ```
+
+    ## Fix safety
+    No fix: removing the call can run out of memory where it was working against
+    fragmentation; choosing N is the user's call.
+
+    ## Applies to
+    All torch versions.
+
+    ## References
+    - `torch.cuda.empty_cache` documentation; PyTorch notes "CUDA semantics", memory management
+    - huggingface/peft PR #2894; huggingface/transformers #31372, #31530, #31546
+    """
+
+    code = "PF203"
+    name = "empty-cache-in-loop"
+    summary = "`torch.cuda.empty_cache()` / `gc.collect()` on every iteration"
+    tokens = (b"empty_cache", b"collect")
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        wanted = {"torch.cuda.empty_cache", "torch.accelerator.memory.empty_cache", "torch.mps.empty_cache",
+                  "torch.xpu.empty_cache", "gc.collect"}
+        for call in facts.calls():
+            q = facts.qualname(call.func)
+            if q not in wanted:
+                continue
+            if facts.iteration_context(call) is None:
+                continue
+            what = "gc.collect()" if q == "gc.collect" else "empty_cache()"
+            yield Violation(
+                call,
+                f"`{what}` on every iteration slows training (peft measured 108 s → 65 s without a per-step "
+                "gc.collect); call it every N steps at most",
+            )
+
+
+_LOGGING_CONSUMERS = {"print", "float", "int", "str", "round", "format", "len", "repr", "abs", "max", "min"}
+
+
+@register
+class LossAccumulatedWithGraph(Rule):
+    """
+    ## What it does
+    Flags a loss accumulated with its autograd graph inside a loop: `total += loss`,
+    `total = total + loss` or `losses.append(loss)`, where `loss` is a criterion output
+    (or a value that is `.backward()`ed) and is not `.detach()`ed, `.item()`ed or
+    `float()`ed.
+
+    ## Why is this bad?
+    `total` becomes a tensor that keeps every step's graph alive (the PyTorch FAQ, "Don't
+    accumulate history across your training loop"). Measured (torch 2.13, CPU, MLP
+    1024-4096-1, batch 512, 200 iterations): with `backward()` every step only graph nodes
+    pile up (+126 MiB RSS against +110 MiB with `.detach()`); in a loop without backward —
+    validation without `no_grad` — the activations are kept too: **+3.2 GB** against +53 MiB.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total_loss += loss
+    ```
+
+    ## Use instead
+    ```python
+        total_loss += loss.detach()
+    ```
+
+    ## Fix safety
+    Appends `.detach()`. **Safe** when every later use of the accumulator only reads its
+    value (`.item()`, `float()`, `print`, logging): `.detach()` keeps the tensor type and
+    adds no synchronisation. **Unsafe** when the accumulator is used in ways the linter
+    cannot follow (stored on an object, passed to other functions). Not reported when the
+    accumulator is backpropagated (`total.backward()` raises "element 0 of tensors does not
+    require grad" after a detach) or returned to callers who could backpropagate, nor
+    inside `no_grad`/`inference_mode`, where there is no graph. The FAQ's
+    `float(loss)` alternative changes the type and synchronises every step.
+
+    ## Applies to
+    All torch versions.
+
+    ## References
+    - PyTorch FAQ (`docs/source/notes/faq.rst`), "My model reports cuda runtime error(2): out of memory"
+    - Repro: `research/rule-facts-repro/loss_accumulation_graph.py`, `loss_accumulation_rss.py`
+    """
+
+    code = "PF204"
+    name = "loss-accumulated-with-graph"
+    summary = "loss accumulated across iterations with its autograd graph"
+    fix_class = "safe or unsafe"
+    tokens = (b"+=", b"append", b"+ ")
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        for node in facts.index[cst.AugAssign]:
+            if isinstance(node.operator, cst.AddAssign):
+                yield from self._candidate(facts, node, node.target, node.value, node)
+        for node in facts.index[cst.Assign]:
+            if len(node.targets) != 1 or not isinstance(node.value, cst.BinaryOperation):
+                continue
+            target = node.targets[0].target
+            op = node.value
+            if not isinstance(op.operator, cst.Add):
+                continue
+            tname = facts.receiver_text(target)
+            if tname is None:
+                continue
+            if facts.receiver_text(op.left) == tname:
+                yield from self._candidate(facts, node, target, op.right, node)
+            elif facts.receiver_text(op.right) == tname:
+                yield from self._candidate(facts, node, target, op.left, node)
+        for call in facts.calls():
+            if call_name(call) != "append" or len(call.args) != 1 or not isinstance(call.func, cst.Attribute):
+                continue
+            yield from self._candidate(facts, call, call.func.value, call.args[0].value, call)
+
+    def _candidate(self, facts: Facts, stmt, target, value, report) -> Iterator[Violation]:
+        if not self._loss_with_graph(facts, value):
+            return
+        loop = self._loop(facts, stmt)
+        if loop is None:
+            return
+        if facts.grad_context(stmt) == "off":
+            return
+        acc = facts.receiver_text(target)
+        if acc is None:
+            return
+        verdict = _accumulator_uses(facts, stmt, acc)
+        if verdict == "backprop":
+            return
+        if verdict == "returned" and not self._backward_each_step(facts, loop, value):
+            return  # a total the caller may backpropagate through
+        new_value = _detached(value)
+        fix_msg = "Accumulate `.detach()`ed values"
+        if isinstance(stmt, cst.Call):
+            replacements = {stmt: stmt.with_changes(args=[stmt.args[0].with_changes(value=new_value)])}
+        else:
+            replacements = {value: new_value}
+        safe = verdict == "reads" and isinstance(target, cst.Name)
+        fix = self.safe(fix_msg, replacements) if safe else self.unsafe(fix_msg, replacements)
+        yield Violation(
+            report,
+            f"`{acc}` accumulates the loss with its autograd graph, which keeps every step's graph alive; "
+            "accumulate `loss.detach()` (or `loss.item()` when logging)",
+            fix,
+        )
+
+    @staticmethod
+    def _loop(facts: Facts, node: cst.CSTNode) -> cst.CSTNode | None:
+        for a in facts.ancestors(node):
+            if isinstance(a, (cst.For, cst.While)):
+                return a
+            if isinstance(a, cst.FunctionDef):
+                return a if facts.step_function_kind(a) is not None else None
+            if isinstance(a, (cst.Lambda, cst.ClassDef)):
+                return None
+        return None
+
+    @staticmethod
+    def _backward_each_step(facts: Facts, loop: cst.CSTNode, value: cst.BaseExpression) -> bool:
+        name = facts.receiver_text(value)
+        for call in facts.calls_within(loop):
+            if facts.is_backward_call(call) and isinstance(call.func, cst.Attribute):
+                if name is None or facts.receiver_text(call.func.value) == name:
+                    return True
+        return False
+
+    def _loss_with_graph(self, facts: Facts, value: cst.BaseExpression) -> bool:
+        ks = facts.kinds(value)
+        if "detached" in ks or "number" in ks:
+            return False
+        for c in _inner_chain(value):
+            if call_name(c) in ("detach", "item", "cpu", "tolist", "numpy", "detach_"):
+                return False
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("float", "int"):
+            return False
+        if "loss" in ks:
+            return True
+        # A name that is `.backward()`ed somewhere in the same function.
+        if isinstance(value, cst.Name):
+            fn = facts.enclosing_function(value)
+            scope = fn if fn is not None else facts.module
+            for call in facts.calls_within(scope):
+                if facts.is_backward_call(call) and isinstance(call.func, cst.Attribute):
+                    if facts.receiver_text(call.func.value) == value.value:
+                        return True
+        return False
+
+
+_READ_METHODS = {"item", "detach", "cpu", "tolist", "numpy"}
+_LOG_METHODS = {"info", "debug", "warning", "log", "add_scalar", "add_scalars", "set_postfix", "set_description",
+                "write", "log_metrics", "log_dict"}
+
+
+def _accumulator_uses(facts: Facts, stmt: cst.CSTNode, acc: str, depth: int = 0) -> str:
+    """How an accumulator is used in its function: "backprop" (reaches autograd),
+    "returned", "other" (flows somewhere the linter cannot follow) or "reads" (only read)."""
+    fn = facts.enclosing_function(stmt)
+    scope = fn if fn is not None else facts.module
+    worst = "reads"
+    rank = {"reads": 0, "other": 1, "returned": 2, "backprop": 3}
+    for node in iter_nodes(scope):
+        if not isinstance(node, (cst.Name, cst.Attribute)) or facts.receiver_text(node) != acc:
+            continue
+        parent = facts.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            if facts.receiver_text(parent) is not None and not isinstance(facts.parent(parent), cst.Call):
+                continue  # part of a longer dotted name, e.g. `acc.shape`
+        use = _classify(facts, node, stmt, depth)
+        if rank[use] > rank[worst]:
+            worst = use
+    return worst
+
+
+def _classify(facts: Facts, node: cst.CSTNode, stmt: cst.CSTNode, depth: int) -> str:
+    parent = facts.parent(node)
+    if isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.AugAssign) and parent.target is node):
+        return "reads"  # a (re)binding or the accumulation itself
+    cur: cst.CSTNode = node
+    derived = False  # passed through a call the linter cannot see into
+    for a in facts.ancestors(node):
+        if isinstance(a, cst.Attribute) and a.value is cur:
+            continue  # `acc.item` — judged at the call
+        if isinstance(a, cst.Call):
+            name = call_name(a)
+            q = facts.qualname(a.func) or ""
+            if name in ("backward", "manual_backward") or q in ("torch.autograd.grad", "torch.autograd.backward"):
+                return "backprop"
+            if name == "scale" and isinstance(a.func, cst.Attribute) and facts.has_kind(a.func.value, "scaler"):
+                return "backprop"
+            on_receiver = isinstance(a.func, cst.Attribute) and a.func.value is cur
+            if on_receiver and name in _READ_METHODS:
+                return "reads"
+            if isinstance(a.func, cst.Name) and a.func.value in _LOGGING_CONSUMERS:
+                return "reads"
+            if not on_receiver and isinstance(a.func, cst.Attribute) and name in _LOG_METHODS:
+                return "reads"
+            if not (on_receiver or a.func is cur):
+                derived = True  # `torch.stack(acc)`, `helper(acc)`: the result may carry the graph
+            cur = a
+            continue
+        if isinstance(a, (cst.Return, cst.Yield)):
+            return "returned"
+        if isinstance(a, cst.AugAssign):
+            return "reads" if a is stmt or a.target is cur else "other"
+        if isinstance(a, cst.Assign):
+            if a is stmt:
+                return "reads"
+            targets = [t.target for t in a.targets]
+            if len(targets) == 1 and isinstance(targets[0], cst.Name) and depth < 2:
+                # `avg = total / n`: judge by how `avg` is used in turn.
+                return _accumulator_uses(facts, a, targets[0].value, depth + 1)
+            return "other"
+        if isinstance(a, cst.FormattedStringExpression):
+            return "reads"
+        if isinstance(a, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            break
+        cur = a
+    return "other" if derived else "reads"
+
+
+def _detached(value: cst.BaseExpression) -> cst.BaseExpression:
+    atomic = isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or bool(value.lpar)
+    inner = value if atomic else value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.Call(func=cst.Attribute(value=inner, attr=cst.Name("detach")))

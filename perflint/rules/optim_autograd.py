@@ -1,1 +1,892 @@
-"""placeholder"""
+"""PF3 — optimizer and autograd: zero_grad, fused optimizers, grad modes, GradScaler order."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from perflint.diagnostics import Severity
+from perflint.edits import add_arg, make_kwarg, parse_expr, parse_stmt, replace_arg_value
+from perflint.facts import Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
+from perflint.names import dotted
+from perflint.rules import register
+from perflint.rules.base import Rule, Violation
+
+
+def _torch_prefix(facts: Facts) -> str | None:
+    names = facts.imports.local_names_for("torch")
+    if "torch" in names:
+        return "torch"
+    return names[0] if names else None
+
+
+@register
+class ZeroGradNotSetToNone(Rule):
+    """
+    ## What it does
+    Flags `zero_grad(set_to_none=False)`, and a bare `zero_grad()` when the target torch is
+    older than 2.0.
+
+    ## Why is this bad?
+    Zeroing gradients in place runs one memset per parameter and keeps the gradient
+    memory allocated between steps; setting them to `None` skips both, and the next
+    backward allocates fresh gradients. The PyTorch tuning guide calls the gain modest. Since
+    torch 2.0 `set_to_none=True` is the default for both `Optimizer.zero_grad` and
+    `nn.Module.zero_grad` (pytorch PR #92731), so a bare `zero_grad()` is already right
+    there and is never reported.
+
+    ## Example
+    ```python
+    optimizer.zero_grad(set_to_none=False)
+    ```
+
+    ## Use instead
+    ```python
+    optimizer.zero_grad()  # torch >= 2.0
+    optimizer.zero_grad(set_to_none=True)  # torch 1.7 - 1.13
+    ```
+
+    ## Fix safety
+    **Unsafe.** Code that reads `.grad` after zeroing (gradient statistics, custom
+    clipping, `p.grad.add_(...)`) gets `None` instead of a zero tensor, and optimizers skip
+    parameters whose gradient is `None` (which matters for weight decay with a zero
+    gradient). An explicit `set_to_none=False` is often deliberate.
+
+    ## Applies to
+    Explicit `set_to_none=False`: all versions. Bare `zero_grad()`: target torch < 2.0
+    (the fix needs ≥ 1.7, where `set_to_none` appeared).
+
+    ## References
+    - pytorch/pytorch PRs #42754 (set_to_none), #92731 (default True in 2.0)
+    - PyTorch performance tuning guide, "Use parameter.grad = None instead of model.zero_grad()"
+    """
+
+    code = "PF301"
+    name = "zero-grad-not-set-to-none"
+    summary = "gradients zeroed in place instead of set to None"
+    fix_class = "unsafe"
+    tokens = (b"zero_grad",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        modern = facts.target_torch >= (2, 0)
+        for call in facts.calls():
+            if call_name(call) != "zero_grad" or not isinstance(call.func, cst.Attribute) or has_splat(call):
+                continue
+            arg = get_arg(call, "set_to_none", 0)
+            if arg is not None:
+                if literal_value(arg.value) is not False:
+                    continue
+                if modern:
+                    new = call.with_changes(args=[])
+                    fix_msg = "Drop `set_to_none=False` (gradients are set to None by default since torch 2.0)"
+                else:
+                    new = replace_arg_value(call, arg, "True")
+                    fix_msg = "Use `set_to_none=True`"
+                yield Violation(
+                    call.func.attr,
+                    "`zero_grad(set_to_none=False)` zeroes every gradient with a memset; set them to None instead "
+                    "(unless the code reads `.grad` after zeroing)",
+                    self.unsafe(fix_msg, {call: new}),
+                )
+            elif not modern and call.args == ():
+                fix = None
+                if facts.target_torch >= (1, 7):
+                    fix = self.unsafe("Use `zero_grad(set_to_none=True)`", {call: add_arg(call, make_kwarg("set_to_none", "True"))})
+                yield Violation(
+                    call.func.attr,
+                    "`zero_grad()` zeroes gradients in place before torch 2.0; pass `set_to_none=True`",
+                    fix,
+                )
+
+
+_FUSABLE = {"torch.optim.Adam", "torch.optim.AdamW"}
+
+
+@register
+class UnfusedOptimizer(Rule):
+    """
+    ## What it does
+    Flags `torch.optim.Adam(...)` and `torch.optim.AdamW(...)` without `fused` or `foreach`
+    in CUDA code.
+
+    ## Why is this bad?
+    The default on CUDA is the `foreach` implementation (a few multi-tensor kernels per
+    step); `fused=True` does the whole update in one kernel per parameter group and lets a
+    GradScaler skip its per-step `.item()` sync. The end-to-end gain on GPUs is small:
+    torchtitan PR #355 measured +1.5–2% MFU (Llama-3 8B, 8×A100), deepmd-kit PR #4463 an
+    optimizer step of 22 → 8 ms (~3% end to end), and pytorch issue #121857 found fused
+    *slower* on an A40. On CPU (torch ≥ 2.4) the step itself is much faster: AdamW over
+    200 × 1k parameters took 79 ms with the for-loop, 44 ms foreach, 5.6 ms fused (torch
+    2.13, 2 cores, `research/rule-facts-repro/fused_adamw_cpu_bench.py`). Expect 0–3% on a
+    GPU.
+
+    ## Example
+    ```python
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    ```
+
+    ## Use instead
+    ```python
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+    ```
+
+    ## Fix safety
+    **Unsafe.** Results are not bit-identical (max difference 3e-8 after 5 AdamW steps),
+    `fused=True` raises for non-floating-point or unsupported-device parameters and with
+    `differentiable=True`, and before torch 2.4 it raises for parameters on the CPU. The
+    fix is offered for target torch ≥ 2.4, or ≥ 2.0 when the model is moved with
+    `.cuda()`. SGD is never flagged: fused SGD with a GradScaler reads an uninitialised
+    momentum buffer after a skipped first step (reproduced on CPU with torch 2.13; the same
+    failure was reported on CUDA in LibreYOLO PR #771). Third-party optimizers are left
+    alone.
+
+    ## Applies to
+    CUDA code; Adam and AdamW only.
+
+    ## References
+    - `torch/optim/adamw.py` (2.13), pytorch PRs #88015, #123074, #124905
+    - Repro: `research/rule-facts-repro/fused_optimizers.py`, `fused_sgd_gradscaler_overflow.py`
+    """
+
+    code = "PF302"
+    name = "unfused-optimizer"
+    summary = "Adam/AdamW without fused=True in CUDA code"
+    severity = Severity.INFO
+    fix_class = "unsafe"
+    tokens = (b"Adam",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        if not facts.is_cuda_code:
+            return
+        for call in facts.calls():
+            q = facts.qualname(call.func)
+            if q not in _FUSABLE or has_splat(call):
+                continue
+            if any(get_arg(call, k) is not None for k in ("fused", "foreach")):
+                continue
+            diff = get_arg(call, "differentiable")
+            if diff is not None and literal_value(diff.value) is not False:
+                continue
+            fix = None
+            if facts.target_torch >= (2, 4) or (facts.target_torch >= (2, 0) and self._model_on_cuda(facts)):
+                fix = self.unsafe("Add `fused=True`", {call: add_arg(call, make_kwarg("fused", "True"))})
+            short = q.rsplit(".", 1)[-1]
+            yield Violation(
+                call,
+                f"`{short}` without `fused=True` launches several kernels per step; `fused=True` does the update in "
+                "one (small end-to-end gain on GPUs; SGD is not flagged because fused SGD mishandles a "
+                "GradScaler-skipped step)",
+                fix,
+            )
+
+    @staticmethod
+    def _model_on_cuda(facts: Facts) -> bool:
+        for call in facts.calls():
+            if call_name(call) == "cuda" and facts.has_kind(call.func.value if isinstance(call.func, cst.Attribute) else None, "model"):
+                return True
+        return False
+
+
+def _no_grad_items(facts: Facts, with_node: cst.With) -> list[cst.WithItem]:
+    out = []
+    for item in with_node.items:
+        target = item.item.func if isinstance(item.item, cst.Call) else item.item
+        if facts.qualname(target) == "torch.no_grad":
+            out.append(item)
+    return out
+
+
+_LAZY_STATE = ("register_buffer",)
+
+
+@register
+class NoGradInEval(Rule):
+    """
+    ## What it does
+    Flags `torch.no_grad()` — as a `with` block or a decorator — around evaluation or
+    inference code that could use `torch.inference_mode()` instead.
+
+    ## Why is this bad?
+    `inference_mode` also disables view tracking and version-counter bumps. The gain is
+    marginal: within noise on CPU (8-layer MLP 118.1 µs vs 121.0 µs per forward, torch 2.13,
+    `research/rule-facts-repro/no_grad_vs_inference_mode_bench.py`), 3.7 s → 3.6 s for a
+    CIFAR-10 evaluation on a GPU (pytorch-ignite #2193). That is why this rule is off by
+    default.
+
+    ## Example
+    ```python
+    @torch.no_grad()
+    def evaluate(model, loader):
+        return sum((model(x).argmax(1) == y).sum().item() for x, y in loader)
+    ```
+
+    ## Use instead
+    ```python
+    @torch.inference_mode()
+    def evaluate(model, loader):
+        ...
+    ```
+
+    ## Fix safety
+    **Unsafe.** Tensors created under `inference_mode` cannot be saved for backward
+    ("Inference tensors cannot be saved for backward"), updated in place outside it, or
+    given `requires_grad`. Not reported when a tensor created in the block escapes: it is
+    returned or yielded, stored on `self` or another object, appended to or stored in a
+    container from outside the block, updated in place, or read after the block; nor when a
+    module class in the file creates state lazily in `forward` (buffers, caches). Models
+    defined elsewhere may still create such state: review the diff.
+
+    ## Applies to
+    Target torch ≥ 1.9 (when `inference_mode` appeared).
+
+    ## References
+    - `torch.inference_mode` documentation
+    - Repro: `research/rule-facts-repro/amp_inference_zero_grad.py`
+    """
+
+    code = "PF303"
+    name = "no-grad-in-eval"
+    summary = "`torch.no_grad()` where `torch.inference_mode()` fits"
+    severity = Severity.INFO
+    fix_class = "unsafe"
+    default = False
+    min_torch = (1, 9)
+    tokens = (b"no_grad",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        prefix = _torch_prefix(facts)
+        if self._lazy_state(facts):
+            return
+        for node in facts.index[cst.With]:
+            items = _no_grad_items(facts, node)
+            if not items or not self._is_inference(facts, node.body) or self._escapes(facts, node.body, node):
+                continue
+            fix = None
+            if prefix is not None:
+                repl = {it.item: parse_expr(f"{prefix}.inference_mode()") for it in items}
+                fix = self.unsafe("Use `torch.inference_mode()`", repl)
+            yield Violation(node, "evaluation under `torch.no_grad()` could use `torch.inference_mode()`", fix)
+        for fn in facts.index[cst.FunctionDef]:
+            for dec in fn.decorators:
+                target = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+                if facts.qualname(target) != "torch.no_grad":
+                    continue
+                if not self._is_inference(facts, fn.body) or self._escapes(facts, fn.body, fn):
+                    continue
+                fix = None
+                if prefix is not None:
+                    fix = self.unsafe("Use `torch.inference_mode()`",
+                                      {dec: dec.with_changes(decorator=parse_expr(f"{prefix}.inference_mode()"))})
+                yield Violation(dec, "evaluation under `@torch.no_grad()` could use `@torch.inference_mode()`", fix)
+
+    @staticmethod
+    def _lazy_state(facts: Facts) -> bool:
+        """A module class in the file that creates state in forward: inference tensors would stick."""
+        for fn in facts.index[cst.FunctionDef]:
+            if fn.name.value != "forward":
+                continue
+            for node in iter_nodes(fn.body):
+                if isinstance(node, cst.Call) and call_name(node) in _LAZY_STATE:
+                    return True
+                if isinstance(node, (cst.Assign, cst.AugAssign)):
+                    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                    for t in targets:
+                        if isinstance(t, (cst.Attribute, cst.Subscript)):
+                            return True
+        return False
+
+    @staticmethod
+    def _is_inference(facts: Facts, body: cst.CSTNode) -> bool:
+        calls = [n for n in iter_nodes(body) if isinstance(n, cst.Call)]
+        has_model = any(facts.has_kind(c.func, "model") for c in calls)
+        return has_model
+
+    @staticmethod
+    def _escapes(facts: Facts, body: cst.CSTNode, container: cst.CSTNode) -> bool:
+        assigned: set[str] = set()
+        for node in iter_nodes(body):
+            if isinstance(node, (cst.Return, cst.Yield)) and node.value is not None:
+                if not _host_only(facts, node.value):
+                    return True
+            if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                for t in targets:
+                    for n in iter_nodes(t):
+                        if isinstance(n, (cst.Attribute, cst.Subscript)) and n is t:
+                            return True  # stored on an object or into a container
+                        if isinstance(n, cst.Name):
+                            assigned.add(n.value)
+                    if isinstance(node, cst.AugAssign) and isinstance(t, cst.Name) and not _host_only(facts, node.value):
+                        return True  # in-place on an outer tensor
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                name = node.func.attr.value
+                if name.endswith("_") and not name.startswith("_") and name not in ("item_",):
+                    return True  # in-place update (EMA, copy_, …)
+                if name in ("append", "extend", "insert", "update", "add", "put", "setdefault"):
+                    if not all(_host_only(facts, a.value) for a in node.args):
+                        return True
+        # Names bound in the block and read after it.
+        if assigned:
+            scope = facts.enclosing_function(container) or facts.module
+            end = facts.order.get(container, 0)
+            inside = set(iter_nodes(container))
+            for node in iter_nodes(scope):
+                if isinstance(node, cst.Name) and node.value in assigned and node not in inside:
+                    if facts.order.get(node, 0) > end:
+                        parent = facts.parent(node)
+                        if isinstance(parent, cst.AssignTarget):
+                            continue
+                        if _host_only_use(facts, node):
+                            continue
+                        return True
+        return False
+
+
+def _host_only(facts: Facts, expr: cst.BaseExpression) -> bool:
+    """Numbers, strings, host copies (`.item()`, `.tolist()`, `.cpu().numpy()`)."""
+    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+        return True
+    ks = facts.kinds(expr)
+    if ks and ks <= {"number", "numpy", "int"}:
+        return True
+    for n in iter_nodes(expr):
+        if isinstance(n, cst.Call) and call_name(n) in ("item", "tolist", "numpy"):
+            return True
+    return False
+
+
+def _host_only_use(facts: Facts, node: cst.CSTNode) -> bool:
+    kinds = facts.kinds(node)
+    return bool(kinds) and kinds <= {"number", "numpy", "int"}
+
+
+_EVAL_GUARDS = ("backward", "manual_backward", "requires_grad_", "enable_grad")
+
+
+@register
+class EvalWithoutNoGrad(Rule):
+    """
+    ## What it does
+    Flags evaluation loops that run a model after `model.eval()` with autograd still
+    recording: no `torch.no_grad()`, `torch.inference_mode()` or
+    `torch.set_grad_enabled(False)` around the loop, on the function, or around the calls
+    of that function in the same file. One finding per loop, on its `for` line.
+
+    ## Why is this bad?
+    `model.eval()` only switches dropout and batch-norm to inference behaviour; autograd
+    still records every operation and keeps the activations needed for a backward pass that
+    never comes. Measured (torch 2.13, CPU, small MLP): a grad-enabled forward took 145.5 µs
+    against 118.1 µs under `no_grad` (~19% on a launch-bound model), and accumulating
+    outputs in such a loop retained 3.2 GB over 200 iterations.
+
+    ## Example
+    ```python
+    model.eval()
+    for x, y in val_loader:
+        correct += (model(x).argmax(1) == y).sum().item()
+    ```
+
+    ## Use instead
+    ```python
+    model.eval()
+    with torch.no_grad():
+        for x, y in val_loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+    ```
+
+    ## Fix safety
+    Wraps the loop in `with torch.no_grad():` (not `inference_mode`, see PF303). **Safe**
+    when results leave the loop only as Python numbers, detached tensors or host data
+    (`.item()`, `.tolist()`, `.cpu().numpy()`), so nothing downstream can need a graph;
+    **unsafe** otherwise (callers may backpropagate through returned outputs). Not reported
+    in scopes that use autograd on purpose (`.backward(`, `autograd.grad(`,
+    `requires_grad_(`, `.grad`, `enable_grad` — saliency maps, adversarial examples,
+    test-time adaptation), in `forward`/`training_step`, or in Lightning's
+    `validation_step`/`test_step`/`predict_step` (Lightning disables gradients there).
+
+    ## Applies to
+    All torch versions.
+
+    ## References
+    - PyTorch tuning guide, "Disable gradient calculation for validation or inference"
+    - `torch.no_grad` documentation
+    """
+
+    code = "PF304"
+    name = "eval-without-no-grad"
+    summary = "evaluation loop after `.eval()` with autograd still on"
+    fix_class = "safe or unsafe"
+    tokens = (b".eval(",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        prefix = _torch_prefix(facts)
+        reported: set = set()
+        for eval_call in facts.calls():
+            if call_name(eval_call) != "eval" or eval_call.args or not isinstance(eval_call.func, cst.Attribute):
+                continue
+            model_text = facts.receiver_text(eval_call.func.value)
+            if model_text is None:
+                continue
+            fn = facts.enclosing_function(eval_call)
+            scope: cst.CSTNode = fn if fn is not None else facts.module
+            if fn is not None and fn.name.value in ("forward", "training_step", "validation_step", "test_step",
+                                                     "predict_step"):
+                continue
+            if self._callers_disable_grad(facts, fn) or facts.grad_context(eval_call) == "off":
+                continue
+            loop = self._eval_loop(facts, eval_call, fn, model_text)
+            if loop is None or loop in reported:
+                continue
+            if facts.grad_context(loop) is not None or self._disabled_before(facts, scope, loop):
+                continue
+            if self._autograd_on_purpose(facts, loop) or self._train_between(facts, scope, eval_call, loop, model_text):
+                continue
+            reported.add(loop)
+            fix = None
+            if prefix is not None:
+                wrapped = cst.With(
+                    items=[cst.WithItem(item=parse_expr(f"{prefix}.no_grad()"))],
+                    body=cst.IndentedBlock(body=[loop.with_changes(leading_lines=[])]),
+                    leading_lines=loop.leading_lines,
+                )
+                msg = "Wrap the loop in `with torch.no_grad():`"
+                safe = self._results_are_host_data(facts, loop, scope)
+                fix = (self.safe if safe else self.unsafe)(msg, {loop: wrapped})
+            yield Violation(
+                loop,
+                f"evaluation loop runs `{model_text}` after `.eval()` with autograd recording; wrap it in "
+                "`with torch.no_grad():` (eval() only changes dropout/batch-norm)",
+                fix,
+            )
+
+    @staticmethod
+    def _eval_loop(facts: Facts, eval_call: cst.Call, fn, model_text: str) -> cst.For | None:
+        """The first loop after `eval_call` in the same function that calls the model,
+        taking the outermost such loop (loops that also enclose `eval_call` don't count)."""
+        start = facts.order.get(eval_call, 0)
+        candidates = sorted(
+            (l for l in facts.index[cst.For] if facts.order.get(l, 0) > start and facts.enclosing_function(l) is fn),
+            key=lambda l: facts.order.get(l, 0),
+        )
+        for loop in candidates:
+            if any(isinstance(a, (cst.For, cst.While)) and facts.order.get(a, 0) > start for a in facts.ancestors(loop)):
+                continue
+            for call in facts.calls_within(loop.body):
+                target = call.func
+                if isinstance(target, cst.Attribute) and target.attr.value in ("forward", "generate"):
+                    target = target.value
+                if facts.receiver_text(target) == model_text and facts.grad_context(call) is None:
+                    return loop
+        return None
+
+    @staticmethod
+    def _train_between(facts: Facts, scope, eval_call, loop, model_text: str) -> bool:
+        lo, hi = facts.order.get(eval_call, 0), facts.order.get(loop, 0)
+        for call in facts.calls_within(scope):
+            if call_name(call) == "train" and isinstance(call.func, cst.Attribute) and \
+                    facts.receiver_text(call.func.value) == model_text and lo < facts.order.get(call, 0) < hi:
+                return True
+        return False
+
+    @staticmethod
+    def _autograd_on_purpose(facts: Facts, scope: cst.CSTNode) -> bool:
+        for node in iter_nodes(scope):
+            if isinstance(node, cst.Call):
+                name = call_name(node)
+                if name in _EVAL_GUARDS:
+                    return True
+                q = facts.qualname(node.func) or ""
+                if q in ("torch.autograd.grad", "torch.enable_grad", "torch.autograd.backward"):
+                    return True
+            if isinstance(node, cst.Attribute) and node.attr.value == "grad":
+                return True
+        return False
+
+    @staticmethod
+    def _callers_disable_grad(facts: Facts, fn: cst.FunctionDef | None) -> bool:
+        if fn is None:
+            return False
+        for call in facts.calls():
+            target = call.func.value if isinstance(call.func, cst.Name) else (
+                call.func.attr.value if isinstance(call.func, cst.Attribute) else None)
+            if target == fn.name.value and facts.grad_context(call) in ("off", "unknown"):
+                return True
+        for dec in fn.decorators:
+            if facts.grad_mode_of(dec.decorator) is not None:
+                return True
+        return False
+
+    @staticmethod
+    def _disabled_before(facts: Facts, scope: cst.CSTNode, loop: cst.CSTNode) -> bool:
+        for call in facts.calls_within(scope):
+            q = facts.qualname(call.func)
+            if q == "torch.set_grad_enabled" and facts.order.get(call, 0) < facts.order.get(loop, 0):
+                if facts.grad_context(call) is None and not isinstance(facts.parent(call), cst.WithItem):
+                    return True
+        return False
+
+    @staticmethod
+    def _results_are_host_data(facts: Facts, loop: cst.For, scope: cst.CSTNode) -> bool:
+        """Whether every value leaving the loop is host data (so no graph can be needed)."""
+        assigned: set[str] = set()
+        for node in iter_nodes(loop.body):
+            if isinstance(node, (cst.Return, cst.Yield)):
+                return False
+            if isinstance(node, (cst.Assign, cst.AnnAssign)):
+                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                for t in targets:
+                    if isinstance(t, (cst.Attribute, cst.Subscript)):
+                        return False
+                    for n in iter_nodes(t):
+                        if isinstance(n, cst.Name):
+                            assigned.add(n.value)
+            if isinstance(node, cst.AugAssign) and not _host_only(facts, node.value):
+                return False
+            if isinstance(node, cst.Call) and call_name(node) in ("append", "extend", "insert", "update"):
+                if not all(_host_only(facts, a.value) for a in node.args):
+                    return False
+        end = facts.order.get(loop, 0)
+        inside = set(iter_nodes(loop))
+        for node in iter_nodes(scope):
+            if isinstance(node, cst.Name) and node.value in assigned and node not in inside:
+                if facts.order.get(node, 0) > end and not isinstance(facts.parent(node), cst.AssignTarget):
+                    return False
+        return True
+
+
+def _clip_call(facts: Facts, call: cst.Call) -> bool:
+    q = facts.qualname(call.func) or ""
+    return q in ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_", "torch.nn.utils.clip_grad_norm")
+
+
+def _scaled_backward(facts: Facts, call: cst.Call) -> str | None:
+    """For `scaler.scale(loss).backward()`, the scaler's text."""
+    if call_name(call) != "backward" or not isinstance(call.func, cst.Attribute):
+        return None
+    inner = call.func.value
+    if isinstance(inner, cst.Call) and call_name(inner) == "scale" and isinstance(inner.func, cst.Attribute):
+        if facts.has_kind(inner.func.value, "scaler"):
+            return facts.receiver_text(inner.func.value)
+    return None
+
+
+def _iteration_calls(facts: Facts, region: cst.CSTNode) -> list[cst.Call]:
+    """Calls of one iteration of a loop/step function, in source order."""
+    return sorted(
+        (c for c in facts.calls_within(region) if not _in_nested_def(facts, c, region)),
+        key=lambda c: facts.order.get(c, 0),
+    )
+
+
+def _in_nested_def(facts: Facts, node: cst.CSTNode, region: cst.CSTNode) -> bool:
+    for a in facts.ancestors(node):
+        if a is region:
+            return False
+        if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return True
+    return False
+
+
+def _regions(facts: Facts) -> list[cst.CSTNode]:
+    """Training loops and per-step training functions (outermost level where they nest)."""
+    regions = list(facts.training_loops())
+    for fn in facts.index[cst.FunctionDef]:
+        if facts.step_function_kind(fn) == "train":
+            regions.append(fn)
+    return regions
+
+
+def _exclusive(facts: Facts, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    """Whether `a` and `b` sit in different arms of one `if`/`else`."""
+    anc_a = list(facts.ancestors(a))
+    set_b = set(facts.ancestors(b))
+    prev = a
+    for node in anc_a:
+        if node in set_b:
+            if isinstance(node, cst.If):
+                a_in_body = facts.is_inside(a, node.body)
+                b_in_body = facts.is_inside(b, node.body)
+                return a_in_body != b_in_body
+            return False
+        prev = node
+    return False
+
+
+@register
+class ClipWithoutUnscale(Rule):
+    """
+    ## What it does
+    Flags `torch.nn.utils.clip_grad_norm_`/`clip_grad_value_` between
+    `scaler.scale(loss).backward()` and `scaler.step(optimizer)` with no
+    `scaler.unscale_(optimizer)` in the iteration.
+
+    ## Why is this bad?
+    The gradients are still multiplied by the loss scale (65536 at the start), so the clip
+    threshold is compared against scaled norms and clipping is either always on or
+    meaningless. Verified (torch 2.13, `GradScaler("cpu")`): the reported total norm was
+    1,781,934 without `unscale_` and 27.19 with it. This silently changes training, so it is
+    an error.
+
+    ## Example
+    ```python
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    **Safe**: inserts `scaler.unscale_(optimizer)` right before the clip, using the
+    optimizer passed to the next `scaler.step(...)`. `scaler.step` skips its own unscaling
+    when `unscale_` was already called, so the update is the intended one. Not offered when
+    that optimizer cannot be found; never when an `unscale_` is already in the iteration
+    (a second call raises "unscale_() has already been called on this optimizer since the
+    last update()").
+
+    ## Applies to
+    All torch versions with AMP (`torch.amp` and the older `torch.cuda.amp`).
+
+    ## References
+    - PyTorch AMP examples, "Gradient clipping"
+    - Repro: `research/rule-facts-repro/gradscaler_clip_order.py`
+    """
+
+    code = "PF305"
+    name = "clip-without-unscale"
+    summary = "gradient clipping on scaled gradients (no scaler.unscale_)"
+    severity = Severity.ERROR
+    fix_class = "safe"
+    tokens = (b"clip_grad",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        seen: set = set()
+        for region in _regions(facts):
+            calls = _iteration_calls(facts, region)
+            scaled = [(c, _scaled_backward(facts, c)) for c in calls]
+            scaled = [(c, s) for c, s in scaled if s is not None]
+            if not scaled:
+                continue
+            for clip in calls:
+                if clip in seen or not _clip_call(facts, clip):
+                    continue
+                before = [s for c, s in scaled if facts.order[c] < facts.order[clip] and not _exclusive(facts, c, clip)]
+                if not before:
+                    continue
+                scaler = before[-1]
+                if any(call_name(c) == "unscale_" and facts.receiver_text(c.func.value) == scaler
+                       for c in calls if isinstance(c.func, cst.Attribute)):
+                    continue
+                step = next(
+                    (c for c in calls if facts.order[c] > facts.order[clip] and call_name(c) == "step"
+                     and isinstance(c.func, cst.Attribute) and facts.receiver_text(c.func.value) == scaler),
+                    None,
+                )
+                if step is None:
+                    continue
+                seen.add(clip)
+                fix = None
+                stmt = facts.statement_of(clip)
+                opt = step.args[0].value if step.args and not step.args[0].keyword else None
+                if opt is not None and isinstance(stmt, cst.SimpleStatementLine) and isinstance(
+                        facts.parent(stmt), (cst.IndentedBlock, cst.Module)):
+                    opt_code = cst.Module(body=[]).code_for_node(opt)
+                    new_stmt = parse_stmt(f"{scaler}.unscale_({opt_code})\n")
+                    fix = self.safe(
+                        f"Insert `{scaler}.unscale_({opt_code})` before clipping",
+                        {stmt: cst.FlattenSentinel([new_stmt.with_changes(leading_lines=stmt.leading_lines),
+                                                    stmt.with_changes(leading_lines=[])])},
+                    )
+                yield Violation(
+                    clip,
+                    f"gradients are clipped while still scaled by `{scaler}`: call `{scaler}.unscale_(optimizer)` "
+                    "before clipping, or the threshold is compared with scaled norms",
+                    fix,
+                )
+
+
+@register
+class ScalerMisuse(Rule):
+    """
+    ## What it does
+    Flags two GradScaler mistakes in a training iteration: `scaler.scale(loss).backward()`
+    followed by a bare `optimizer.step()` (instead of `scaler.step(optimizer)`), and
+    `scaler.step(optimizer)` with no `scaler.update()` in the iteration.
+
+    ## Why is this bad?
+    A bare `optimizer.step()` after a scaled backward updates the weights with gradients
+    still multiplied by the loss scale (65536 at the start) and skips the inf/NaN check, so
+    one overflow writes infinities into the weights. Without `scaler.update()` the scale
+    never adapts, and the next `scaler.step` raises "step() has already been called since
+    the last update()". Both are correctness bugs, hence errors.
+
+    ## Example
+    ```python
+    scaler.scale(loss).backward()
+    optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    No fix: which optimizer steps through the scaler, and where the update belongs (once
+    per iteration, after every `scaler.step`), is the author's structure to choose.
+
+    ## Applies to
+    All torch versions with AMP.
+
+    ## References
+    - PyTorch AMP documentation, "Typical Mixed Precision Training"
+    - Repro: `research/rule-facts-repro/gradscaler_clip_order.py`
+    """
+
+    code = "PF306"
+    name = "scaler-misuse"
+    summary = "GradScaler used wrongly (bare optimizer.step() or no scaler.update())"
+    severity = Severity.ERROR
+    tokens = (b"scale",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        seen: set = set()
+        for region in _regions(facts):
+            calls = _iteration_calls(facts, region)
+            scaled = [(c, _scaled_backward(facts, c)) for c in calls]
+            scaled = [(c, s) for c, s in scaled if s is not None]
+            if not scaled:
+                continue
+            scaler_texts = {s for _, s in scaled}
+            stepped_via_scaler = {
+                facts.receiver_text(c.args[0].value)
+                for c in calls
+                if call_name(c) == "step" and isinstance(c.func, cst.Attribute)
+                and facts.receiver_text(c.func.value) in scaler_texts and c.args
+            }
+            for c in calls:
+                if c in seen or call_name(c) != "step" or not isinstance(c.func, cst.Attribute):
+                    continue
+                recv = facts.receiver_text(c.func.value)
+                if recv in scaler_texts:
+                    # scaler.step(opt): is there an update in the iteration?
+                    if not any(call_name(u) == "update" and isinstance(u.func, cst.Attribute)
+                               and facts.receiver_text(u.func.value) == recv for u in calls):
+                        seen.add(c)
+                        yield Violation(c, f"`{recv}.step()` without `{recv}.update()` in the iteration: the loss scale "
+                                           "never adapts and the next step raises")
+                    continue
+                if not facts.is_optimizer_step(c) or facts.has_kind(c.func.value, "scaler"):
+                    continue
+                if recv in stepped_via_scaler:
+                    continue
+                before = [b for b, _ in scaled if facts.order[b] < facts.order[c] and not _exclusive(facts, b, c)]
+                if not before:
+                    continue
+                seen.add(c)
+                yield Violation(
+                    c,
+                    f"`{recv}.step()` after a scaled backward steps with gradients still multiplied by the loss scale "
+                    "and skips the inf check; use `scaler.step(optimizer)` then `scaler.update()`",
+                )
+
+
+_DEBUG_APIS = {
+    "torch.autograd.set_detect_anomaly": "anomaly",
+    "torch.autograd.detect_anomaly": "anomaly",
+    "torch.autograd.profiler.profile": "profiler",
+    "torch.autograd.profiler.emit_nvtx": "profiler",
+    "torch.autograd.profiler.record_function": None,
+}
+
+
+@register
+class DebugModeLeftOn(Rule):
+    """
+    ## What it does
+    Flags autograd debugging switched on unconditionally: `torch.autograd.set_detect_anomaly(True)`,
+    `torch.autograd.detect_anomaly()`, and (in files with a training loop)
+    `torch.autograd.profiler.profile(...)` / `emit_nvtx()`. Calls guarded by a flag — under an
+    `if`, or with a non-literal argument such as `set_detect_anomaly(args.debug)` or
+    `profile(enabled=args.profile)` — are left alone.
+
+    ## Why is this bad?
+    Anomaly detection records a stack trace for every autograd node and checks every
+    backward output for NaN. Measured (torch 2.13, CPU, small MLP forward+backward):
+    805 µs → 4304 µs per step, **5.3× slower**
+    (`research/rule-facts-repro/detect_anomaly_overhead.py`). The autograd profiler and
+    NVTX ranges add per-operator overhead too.
+
+    ## Example
+    ```python
+    torch.autograd.set_detect_anomaly(True)
+    ```
+
+    ## Use instead
+    ```python
+    torch.autograd.set_detect_anomaly(args.debug)
+    ```
+
+    ## Fix safety
+    No fix: whether the switch is a leftover or deliberate is the author's call.
+
+    ## Applies to
+    All torch versions.
+
+    ## References
+    - PyTorch tuning guide, "Disable debugging APIs"
+    - `torch.autograd.detect_anomaly` documentation
+    """
+
+    code = "PF307"
+    name = "debug-mode-left-on"
+    summary = "anomaly detection or the autograd profiler left on"
+    tokens = (b"anomaly", b"profiler", b"emit_nvtx")
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        has_training = bool(facts.training_loops()) or any(
+            facts.step_function_kind(fn) == "train" for fn in facts.index[cst.FunctionDef]
+        )
+        for call in facts.calls():
+            q = facts.qualname(call.func)
+            kind = _DEBUG_APIS.get(q or "")
+            if kind is None:
+                continue
+            if kind == "profiler" and not has_training:
+                continue
+            if self._guarded(facts, call, q):
+                continue
+            what = "anomaly detection" if kind == "anomaly" else "the autograd profiler"
+            yield Violation(
+                call,
+                f"{what} is switched on unconditionally (anomaly detection measured 5.3× slower per step); "
+                "guard it with a debug flag",
+            )
+
+    @staticmethod
+    def _guarded(facts: Facts, call: cst.Call, q: str) -> bool:
+        if q == "torch.autograd.set_detect_anomaly":
+            arg = get_arg(call, "mode", 0)
+            if arg is None or literal_value(arg.value) is not True:
+                return True
+        elif q != "torch.autograd.detect_anomaly":
+            enabled = get_arg(call, "enabled", 0)
+            if enabled is not None and literal_value(enabled.value) is not True:
+                return True
+        for a in facts.ancestors(call):
+            if isinstance(a, (cst.If, cst.IfExp)):
+                return True
+            if isinstance(a, cst.FunctionDef):
+                break
+        return False
