@@ -134,6 +134,11 @@ _NON_TENSOR_TORCH = re.compile(
 _CONSTRUCTORS = {"zeros", "ones", "full", "empty", "eye", "arange", "linspace", "logspace", "tensor",
                  "zeros_like", "ones_like", "full_like", "empty_like", "rand", "randn", "randint", "randperm",
                  "normal", "as_tensor", "scalar_tensor"}
+_DTYPE_NAMES = {
+    "float", "float32", "float16", "half", "bfloat16", "float64", "double", "int", "int32", "int64",
+    "long", "int8", "uint8", "bool", "int16", "short", "complex64", "complex128", "cfloat",
+    "float8_e4m3fn", "float8_e5m2",
+}
 _RANDOM_CONSTRUCTORS = {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "rand_like",
                         "randn_like", "randint_like", "poisson", "multinomial"}
 
@@ -146,6 +151,13 @@ _HINTS = [
     ("~scaler", re.compile(r"(^|_)(grad_)?scaler(_|$)")),
     ("~loss", re.compile(r"(^|_)loss(es)?(_|\d|$)")),
 ]
+_STEP_NAME = re.compile(
+    r"^_*(train|training|optimi[sz]e|learn|fit|run|process|update|forward_backward|fwd_bwd)?_?"
+    r"(step|batch|one_batch|on_batch|iteration|iter|minibatch|micro_batch)$"
+)
+# `if args.synchronize_step:` — an option the user switches on, not every iteration's path.
+_OPTION_ROOTS = {"args", "opt", "opts", "options", "config", "cfg", "conf", "hparams", "hp", "flags", "FLAGS",
+                 "settings", "params"}
 _THROTTLE_NAMES = re.compile(
     r"(^|_)(last|final)(_|$)|^should_(log|print|eval|save|validate)|^(do|is)_(log|print|eval)(_|$)|"
     r"^log_now$"
@@ -153,8 +165,17 @@ _THROTTLE_NAMES = re.compile(
 _BOUND_NAMES = re.compile(r"(last|final|max|total|num|end|steps|len|count|size)", re.I)
 
 
+_VERB_PREFIX = re.compile(
+    r"^_*(get|build|create|make|load|init|setup|save|compute|update|reset|freeze|unfreeze|print|log|count|"
+    r"set|is|has|num|n|total|train|eval|evaluate|run|to|prepare|wrap|copy|clone|export|register|add|apply)_"
+)
+
+
 def name_hints(name: str) -> set[str]:
+    """Kinds suggested by a naming convention alone (weak evidence)."""
     low = name.lower()
+    if _VERB_PREFIX.match(low):
+        return set()  # `get_model`, `build_loader`: functions, not the thing itself
     return {kind for kind, rx in _HINTS if rx.search(low)}
 
 
@@ -879,6 +900,36 @@ class Facts:
                 return True
         return False
 
+    @cached_property
+    def may_use_accelerator(self) -> bool:
+        """Whether tensors in this file may live on an accelerator: CUDA code, data moved
+        with `.to(<device>)` where the device is not provably the CPU, a `device=` argument
+        that is not the CPU, or a training framework that places data itself."""
+        if self.is_cuda_code:
+            return True
+        for call in self.index[cst.Call]:
+            name = call_name(call)
+            if name in ("to",) and isinstance(call.func, cst.Attribute) and call.args:
+                dev = get_arg(call, "device", 0)
+                if dev is None:
+                    continue
+                q = self.qualname(dev.value) or ""
+                if q.startswith("torch.") and q.rsplit(".", 1)[-1] in _DTYPE_NAMES:
+                    continue
+                if self.kinds(dev.value) & {"tensor", "output", "batch"}:
+                    continue
+                if self.device_kinds(dev.value) - {"device_cpu"}:
+                    return True
+            for arg in call.args:
+                if arg.keyword is not None and arg.keyword.value == "device":
+                    if self.device_kinds(arg.value) - {"device_cpu"}:
+                        return True
+            q = self.qualname(call.func) or ""
+            if q in ("torch.set_default_device", "torch.cuda.set_device"):
+                return True
+        frameworks = ("accelerate", "lightning", "pytorch_lightning", "deepspeed", "transformers", "fabric")
+        return any(self.imports.imports_module(f) for f in frameworks)
+
     def references(self, *prefixes: str) -> list[cst.CSTNode]:
         """Name/Attribute nodes (outermost) whose qualified name starts with one of `prefixes`."""
         out = []
@@ -963,32 +1014,51 @@ class Facts:
 
     @cached_property
     def _step_functions(self) -> dict[cst.FunctionDef, str]:
-        """Functions whose body is one training (or eval) step."""
+        """Functions whose body is one training (or eval) step: Lightning hooks, functions
+        named like a step (`train_step`, `_run_batch`, `training_step`), and functions this
+        file calls on every iteration of a training/eval loop. A function that merely
+        calls `.backward()` once (a test, a one-off) is not a step."""
         out: dict[cst.FunctionDef, str] = {}
         for fn in self.index[cst.FunctionDef]:
             name = fn.name.value
-            if name in ("training_step",):
+            if name.startswith("test"):
+                continue
+            if name == "training_step":
                 out[fn] = "train"
-                continue
-            if name in ("validation_step", "test_step", "predict_step"):
+            elif name in ("validation_step", "test_step", "predict_step"):
                 out[fn] = "eval"
-                continue
-            calls = self.direct_body_calls(fn)
-            if any(self.is_backward_call(c) for c in calls) or any(self.is_optimizer_step(c) for c in calls):
-                if name not in ("forward", "__init__"):
+            elif _STEP_NAME.match(name) and not self.direct_loops_in(fn):
+                calls = self.direct_body_calls(fn)
+                if any(self.is_backward_call(c) or self.is_optimizer_step(c) for c in calls):
                     out[fn] = "train"
         # Functions called every iteration of a training loop in this file are steps too.
         for loop, kind in list(self._loops.items()):
             for call in self.direct_body_calls(loop):
+                if self.iteration_context_plain(call, loop) is False:
+                    continue
                 target = None
                 if isinstance(call.func, cst.Name):
                     target = call.func.value
                 elif isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and call.func.value.value == "self":
                     target = call.func.attr.value
                 for fn in self.functions_by_name.get(target or "", []):
-                    if fn not in out and not self.direct_loops_in(fn):
+                    if fn not in out and not self.direct_loops_in(fn) and not fn.name.value.startswith("test"):
                         out[fn] = kind
         return out
+
+    def iteration_context_plain(self, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
+        """Whether `node` runs on every iteration of `loop` (not in a throttled branch)."""
+        cur = node
+        for parent in self.ancestors(node):
+            if parent is loop:
+                return True
+            if isinstance(parent, cst.If) and cur is parent.body:
+                if self.is_throttled_test(parent.test) or _leaves(parent.body):
+                    return False
+            if isinstance(parent, cst.ExceptHandler):
+                return False
+            cur = parent
+        return False
 
     def direct_loops_in(self, fn: cst.FunctionDef) -> bool:
         for cls in (cst.For, cst.While):
@@ -1051,7 +1121,24 @@ class Facts:
         return [l for l, k in self._loops.items() if k == "eval"]
 
     # -- per-iteration code ------------------------------------------------------------------
+    def is_option_test(self, test: cst.BaseExpression) -> bool:
+        """`if args.debug:`, `if not config.fast:`, `if self.args.sync:` — a user option."""
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test = test.expression
+        text = dotted(test) if isinstance(test, (cst.Name, cst.Attribute)) else None
+        if text is None:
+            return False
+        parts = text.split(".")
+        if parts[0] == "self" and len(parts) > 2:
+            parts = parts[1:]
+        return len(parts) >= 2 and parts[0] in _OPTION_ROOTS
+
     def is_throttled_test(self, test: cst.BaseExpression) -> bool:
+        if self.is_option_test(test):
+            return True
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+            if self.is_option_test(test.left) or self.is_option_test(test.right):
+                return True
         for n in _iter_expr(test):
             if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo):
                 return True

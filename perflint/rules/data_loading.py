@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -9,6 +10,7 @@ import libcst as cst
 from perflint.diagnostics import Severity
 from perflint.edits import add_arg, make_kwarg, parse_expr, remove_arg, replace_arg_value
 from perflint.facts import DATALOADER, NOT_LITERAL, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
+from perflint.names import dotted
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation
 
@@ -463,7 +465,13 @@ def _target_device(facts: Facts, call: cst.Call) -> str | None:
         return "cuda"
     if dk <= {"device_cpu", "device_cuda"}:
         return "cuda"  # "cuda" if torch.cuda.is_available() else "cpu"
-    return "maybe"
+    # Unknown: only a value named like a device counts (`self.img_dtype` may be a dtype).
+    if dev.keyword is not None or _DEVICE_NAME.search((dotted(dev.value) or "").rsplit(".", 1)[-1].lower()):
+        return "maybe"
+    return None
+
+
+_DEVICE_NAME = re.compile(r"(device|dev|cuda|gpu|rank)(_?id)?s?$|^(dev|device|gpu)")
 
 
 _DTYPES = {

@@ -114,8 +114,9 @@ class ItemInLoop(Rule):
     `torch.cuda.set_sync_debug_mode("warn")` to find the remaining syncs at run time.
 
     ## Applies to
-    All torch versions. Reported in every training/evaluation loop; the cost is real only
-    when the tensor lives on an accelerator.
+    All torch versions. Not reported in files where nothing can be on an accelerator (no
+    CUDA, no `.to(<device>)` that may be a GPU, no `device=` argument, no Accelerate or
+    Lightning): there `.item()` costs nothing.
 
     ## References
     - PyTorch performance tuning guide, "Avoid unnecessary CPU-GPU synchronization"
@@ -128,6 +129,8 @@ class ItemInLoop(Rule):
     tokens = (b".item(",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
+        if not facts.may_use_accelerator:
+            return  # everything is on the CPU: `.item()` costs nothing
         for call in facts.calls():
             if call_name(call) != "item" or call.args or not isinstance(call.func, cst.Attribute):
                 continue
@@ -181,7 +184,8 @@ class HostSyncInLoop(Rule):
 
     ## Applies to
     All torch versions. Values known to be on the host (Python numbers, numpy arrays,
-    batches not yet moved to a device, tensors created without a device) are ignored.
+    batches not yet moved to a device, tensors created without a device) are ignored, as
+    are files where nothing can be on an accelerator (see PF201).
 
     ## References
     - PyTorch performance tuning guide, "Avoid unnecessary CPU-GPU synchronization"
@@ -195,6 +199,8 @@ class HostSyncInLoop(Rule):
               b"if ", b"assert ", b"while ")
 
     def check(self, facts: Facts) -> Iterator[Violation]:
+        if not facts.may_use_accelerator:
+            return
         for call in facts.calls():
             v = self._call(facts, call)
             if v is not None:

@@ -589,10 +589,13 @@ def _in_nested_def(facts: Facts, node: cst.CSTNode, region: cst.CSTNode) -> bool
 
 
 def _regions(facts: Facts) -> list[cst.CSTNode]:
-    """Training loops and per-step training functions (outermost level where they nest)."""
+    """Where one training iteration's calls can be read in order: training loops, per-step
+    functions, and any function that runs a scaled backward outside a loop."""
     regions = list(facts.training_loops())
     for fn in facts.index[cst.FunctionDef]:
-        if facts.step_function_kind(fn) == "train":
+        if facts.step_function_kind(fn) == "train" or any(
+            _scaled_backward(facts, c) for c in facts.direct_body_calls(fn)
+        ):
             regions.append(fn)
     return regions
 
