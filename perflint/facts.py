@@ -166,8 +166,8 @@ _BOUND_NAMES = re.compile(r"(last|final|max|total|num|end|steps|len|count|size)"
 
 
 _VERB_PREFIX = re.compile(
-    r"^_*(get|build|create|make|load|init|setup|save|compute|update|reset|freeze|unfreeze|print|log|count|"
-    r"set|is|has|num|n|total|train|eval|evaluate|run|to|prepare|wrap|copy|clone|export|register|add|apply)_"
+    r"^_*(get|build|create|make|load|init|setup|save|compute|update|reset|freeze|unfreeze|print|log|"
+    r"set|is|has|evaluate|run|to|prepare|wrap|copy|clone|export|register|add|apply|configure)_"
 )
 
 

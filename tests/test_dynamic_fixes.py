@@ -1,0 +1,358 @@
+"""Dynamic proof for the PF1, PF2, PF3 and PF402 fixes: run code before and after the fix.
+
+A safe fix must leave losses, gradients and outputs bit-identical; an unsafe fix must stay
+within its stated tolerance or is shown to change behaviour the way its doc says.  Each
+guard is shown preventing the failure it exists for (the shared research's repro scripts,
+as tests).  CPU, fixed seeds, a few steps each.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from perflint.engine import LintOptions, fix_source, lint_bytes  # noqa: E402
+
+
+def fixed(src: str, codes, unsafe=False, target=(2, 4)) -> str:
+    src = textwrap.dedent(src)
+    out = fix_source(src, unsafe=unsafe, codes=codes, target_torch=target)
+    return out
+
+
+def findings(src: str, codes, target=(2, 4)) -> list[str]:
+    res = lint_bytes("snippet.py", textwrap.dedent(src).encode(), LintOptions(codes=tuple(codes), target_torch=target))
+    assert not res.errors, res.errors
+    return [d.code for d in res.diagnostics]
+
+
+def run(src: str) -> dict:
+    ns: dict = {"__name__": "snippet"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(compile(textwrap.dedent(src), "<snippet>", "exec"), ns)
+    return ns
+
+
+def same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+TRAIN = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+ds = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).to(device)
+criterion = nn.CrossEntropyLoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+
+
+# -- PF1 -------------------------------------------------------------------------------------
+
+
+def test_pf104_fix_turns_a_constructor_that_raises_into_one_that_runs():
+    src = TRAIN + "loader = DataLoader(ds, batch_size=8, persistent_workers=True, prefetch_factor=4)\nresult = [b[1] for b in loader]\n"
+    with pytest.raises(ValueError, match="num_workers > 0"):
+        run(src)
+    after = fixed(src, ["PF104"])
+    assert "persistent_workers" not in after and "prefetch_factor" not in after
+    assert len(run(after)["result"]) == 8
+
+
+def test_pf104_conditional_fix_keeps_working_when_workers_are_raised():
+    src = TRAIN + "nw = 0\nloader = DataLoader(ds, batch_size=8, num_workers=nw, persistent_workers=True)\n"
+    after = fixed(src, ["PF104"])
+    assert "persistent_workers=nw > 0" in after
+    run(after)
+    run(after.replace("nw = 0", "nw = 1"))
+
+
+def test_pf102_pin_memory_and_pf105_non_blocking_leave_batches_and_training_identical():
+    src = TRAIN + """
+loader = DataLoader(ds, batch_size=8, num_workers=0)
+losses = []
+for x, y in loader:
+    x, y = x.to(device), y.to(device)
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    losses.append(loss.detach())
+result = losses
+"""
+    after = fixed(src, ["PF102", "PF105"], unsafe=False)
+    assert "pin_memory=True" in after and "non_blocking=True" in after
+    assert same(run(src)["result"], run(after)["result"])
+
+
+def test_pf103_persistent_workers_same_data_when_the_dataset_is_unchanged():
+    src = TRAIN + """
+loader = DataLoader(ds, batch_size=16, num_workers=1)
+result = [[b[1].clone() for b in loader] for epoch in range(2)]
+"""
+    after = fixed(src, ["PF103"], unsafe=True)
+    assert "persistent_workers=True" in after
+    assert same(run(src)["result"], run(after)["result"])
+
+
+def test_pf103_is_unsafe_because_persistent_workers_keep_a_stale_dataset():
+    src = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Scaled(Dataset):
+    scale = 1.0
+    def __len__(self):
+        return 4
+    def __getitem__(self, i):
+        return torch.tensor(float(i) * self.scale)
+
+ds = Scaled()
+loader = DataLoader(ds, batch_size=4, num_workers=1)
+epoch1 = next(iter(loader)).tolist()
+ds.scale = 10.0
+epoch2 = next(iter(loader)).tolist()
+"""
+    before = run(src)
+    after_src = fixed(src, ["PF103"], unsafe=True)
+    after = run(after_src)
+    assert before["epoch2"] == [0.0, 10.0, 20.0, 30.0]
+    assert after["epoch2"] == [0.0, 1.0, 2.0, 3.0]  # the workers kept the old dataset
+    assert fixed(src, ["PF103"], unsafe=False) == textwrap.dedent(src)  # never applied by plain `fix`
+
+
+# -- PF2 ---------------------------------------------------------------------------------------
+
+
+def test_pf204_detach_leaves_training_bit_identical_and_frees_the_graph():
+    src = TRAIN + """
+loader = DataLoader(ds, batch_size=8)
+total = 0.0
+for x, y in loader:
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    total += loss
+result = (float(total), [p.detach().clone() for p in model.parameters()], total.requires_grad)
+"""
+    after = fixed(src, ["PF204"])
+    assert "total += loss.detach()" in after
+    b, a = run(src)["result"], run(after)["result"]
+    assert b[0] == a[0] and same(b[1], a[1])
+    assert b[2] is True and a[2] is False
+
+
+def test_pf204_guard_an_accumulator_that_is_backpropagated_is_left_alone():
+    src = TRAIN + """
+acc = 0
+for x, y in DataLoader(ds, batch_size=32):
+    acc += criterion(model(x), y)
+acc.backward()
+"""
+    assert findings(src, ["PF204"]) == []
+    broken = textwrap.dedent(src).replace("acc += criterion(model(x), y)", "acc += criterion(model(x), y).detach()")
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        run(broken)
+
+
+# -- PF3 ---------------------------------------------------------------------------------------
+
+
+def test_pf301_unsafe_fix_sets_grads_to_none_and_keeps_the_trajectory():
+    src = TRAIN + """
+losses = []
+for x, y in DataLoader(ds, batch_size=16):
+    optimizer.zero_grad(set_to_none=False)
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    losses.append(loss.detach())
+optimizer.zero_grad(set_to_none=False)
+result = (losses, [p.grad for p in model.parameters()])
+"""
+    after = fixed(src, ["PF301"], unsafe=True)
+    b, a = run(src)["result"], run(after)["result"]
+    assert same(b[0], a[0])
+    assert all(g is not None for g in b[1]) and all(g is None for g in a[1])  # the documented change
+
+
+def test_pf302_fused_adamw_within_tolerance_on_cpu():
+    src = TRAIN.replace("torch.optim.SGD(model.parameters(), lr=0.1)", "torch.optim.AdamW(model.parameters(), lr=1e-2)") + """
+model = model.cuda() if False else model
+losses = []
+for x, y in DataLoader(ds, batch_size=16):
+    loss = criterion(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    losses.append(loss.detach())
+result = [p.detach().clone() for p in model.parameters()]
+"""
+    after = fixed(src, ["PF302"], unsafe=True)
+    assert "fused=True" in after
+    for b, a in zip(run(src)["result"], run(after)["result"]):
+        assert torch.allclose(b, a, atol=1e-6)
+
+
+def test_pf302_never_offers_fused_sgd_because_it_breaks_after_a_gradscaler_overflow():
+    src = "import torch\nmodel = torch.nn.Linear(2, 1).cuda()\nopt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n"
+    assert findings(src, ["PF302"]) == []
+    # The failure the exclusion avoids (rule-facts §6): a skipped first step leaves the
+    # fused momentum buffer uninitialised.
+    p = torch.nn.Parameter(torch.ones(4))
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9, fused=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    for step in range(3):
+        opt.zero_grad()
+        loss = (p * (1e38 if step == 0 else 1.0)).sum()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    reference = torch.nn.Parameter(torch.ones(4))
+    ref_opt = torch.optim.SGD([reference], lr=0.1, momentum=0.9)
+    ref_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    for step in range(3):
+        ref_opt.zero_grad()
+        loss = (reference * (1e38 if step == 0 else 1.0)).sum()
+        ref_scaler.scale(loss).backward()
+        ref_scaler.step(ref_opt)
+        ref_scaler.update()
+    assert not torch.allclose(p.detach(), reference.detach())
+
+
+def test_pf303_inference_mode_same_outputs_and_the_escape_guard():
+    src = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+x = torch.randn(3, 4)
+
+@torch.no_grad()
+def accuracy(batch):
+    return model(batch).argmax(1).tolist()
+
+result = accuracy(x)
+"""
+    after = fixed(src, ["PF303"], unsafe=True)
+    assert "@torch.inference_mode()" in after
+    assert run(src)["result"] == run(after)["result"]
+    escaping = """
+import torch
+model = torch.nn.Linear(4, 2)
+student = torch.nn.Linear(4, 2)
+x = torch.randn(3, 4)
+with torch.no_grad():
+    target = model(x)
+loss = (student(x) * target).mean()
+loss.backward()
+"""
+    assert findings(escaping, ["PF303"]) == []
+    broken = textwrap.dedent(escaping).replace("torch.no_grad()", "torch.inference_mode()")
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+        run(broken)
+
+
+def test_pf304_no_grad_wrap_same_numbers_and_no_graph():
+    src = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 2))
+loader = [(torch.randn(5, 4), torch.randint(0, 2, (5,))) for _ in range(3)]
+model.eval()
+correct = 0
+graphs = []
+for x, y in loader:
+    out = model(x)
+    graphs.append(bool(out.requires_grad))
+    correct += (out.argmax(1) == y).sum().item()
+result = (correct, graphs)
+"""
+    after = fixed(src, ["PF304"])
+    assert "with torch.no_grad():" in after
+    b, a = run(src)["result"], run(after)["result"]
+    assert b[0] == a[0]
+    assert all(b[1]) and not any(a[1])
+
+
+def test_pf305_unscale_fix_clips_the_true_gradients():
+    src = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+x, y = torch.randn(16, 8), torch.randn(16, 1)
+norms = []
+for step in range(3):
+    loss = ((model(x) - y) ** 2).mean() * 100
+    opt.zero_grad()
+    scaler.scale(loss).backward()
+    norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)))
+    scaler.step(opt)
+    scaler.update()
+result = (norms, [p.detach().clone() for p in model.parameters()])
+"""
+    reference_src = textwrap.dedent(src).replace(
+        "scaler.scale(loss).backward()", "loss.backward()").replace("scaler.step(opt)", "opt.step()").replace(
+        "scaler.update()", "")
+    after = fixed(src, ["PF305"])
+    assert "scaler.unscale_(opt)" in after
+    before, fixed_run, reference = run(src)["result"], run(after)["result"], run(reference_src)["result"]
+    assert before[0][0] > 1e4  # clipping saw scaled gradients
+    assert fixed_run[0] == pytest.approx(reference[0], rel=1e-5)
+    for a, r in zip(fixed_run[1], reference[1]):
+        assert torch.allclose(a, r, atol=1e-6)
+
+
+def test_pf305_guard_a_second_unscale_raises():
+    scaler = torch.amp.GradScaler("cpu")
+    p = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD([p], lr=0.1)
+    scaler.scale(p.sum()).backward()
+    scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match="unscale_\\(\\) has already been called"):
+        scaler.unscale_(opt)
+
+
+# -- PF402 -------------------------------------------------------------------------------------
+
+
+def test_pf402_new_amp_api_behaves_identically_on_cpu():
+    src = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 4)
+x = torch.randn(2, 8)
+with torch.cpu.amp.autocast(True, torch.bfloat16):
+    out = model(x)
+scaler = torch.cpu.amp.GradScaler(2.0**10)
+result = (out, out.dtype, scaler.get_scale())
+"""
+    after = fixed(src, ["PF402"])
+    assert 'torch.amp.autocast("cpu", enabled=True, dtype=torch.bfloat16)' in after
+    assert 'torch.amp.GradScaler("cpu", 2.0**10)' in after
+    b, a = run(src)["result"], run(after)["result"]
+    assert same(b[0], a[0]) and b[1] == a[1] == torch.bfloat16 and b[2] == a[2]
+
+
+def test_pf402_guard_positional_arguments_must_be_keywordized():
+    # Keeping `enabled` positional would pass it as `dtype` (rule-facts §10).
+    with pytest.raises(TypeError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.amp.autocast("cpu", False):
+                pass
