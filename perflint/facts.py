@@ -171,6 +171,15 @@ _VERB_PREFIX = re.compile(
 )
 
 
+# Called names that are actions, not the model itself: `convert_model(m)`, `train_model()`.
+_CALLEE_VERB = re.compile(
+    r"^_*(get|build|create|make|load|init|initialize|setup|save|compute|update|reset|freeze|unfreeze|print|log|"
+    r"set|is|has|evaluate|eval|run|to|prepare|wrap|unwrap|copy|clone|export|register|add|apply|configure|"
+    r"convert|fuse|quantize|prune|trace|script|compile|optimize|patch|replace|move|cast|shard|parallelize|"
+    r"summarize|describe|check|validate|test|train|fit|count|profile|benchmark|warmup|step|forward_backward)_"
+)
+
+
 def name_hints(name: str) -> set[str]:
     """Kinds suggested by a naming convention alone (weak evidence)."""
     low = name.lower()
@@ -818,9 +827,10 @@ class Facts:
                             out |= set(self.kinds(ret.value)) & {"dataloader", "model", "optimizer", "loss", "tensor"}
                 return out
         base = self.kinds(node.func)
-        if "model" in base or "~model" in base:
+        callee = (call_name(node) or "").lower()
+        if "model" in base or ("~model" in base and not _CALLEE_VERB.match(callee)):
             return {"tensor", "output"}
-        if "criterion" in base or "~criterion" in base:
+        if "criterion" in base or ("~criterion" in base and not _CALLEE_VERB.match(callee)):
             return {"loss", "tensor"}
         if isinstance(node.func, cst.Attribute):
             rk = self.kinds(node.func.value)
@@ -1236,6 +1246,39 @@ class Facts:
             elif isinstance(a, (cst.Lambda, cst.ClassDef)):
                 return None
         return None
+
+    def computed_without_grad(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """Whether the value of `expr` was computed with autograd off: `out = model(x)` under
+        `with torch.no_grad():`, then `loss = out.loss` outside it."""
+        if depth > 4:
+            return False
+        if self.grad_context(expr) == "off":
+            return True
+        base = expr
+        while isinstance(base, (cst.Attribute, cst.Subscript)):
+            base = base.value
+        if isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and base.func.attr.value in _PASS_THROUGH_METHODS:
+            return self.computed_without_grad(base.func.value, depth + 1)
+        if not isinstance(base, cst.Name):
+            return False
+        bindings = self.lookup(base.value, expr)
+        if not bindings:
+            return False
+        for b in bindings:
+            if b.how not in ("expr", "unpack") or b.site is None:
+                return False
+            if not (self.grad_context(b.site) == "off" or self.computed_without_grad(b.node, depth + 1)):
+                return False
+        return True
+
+    def in_test_code(self, node: cst.CSTNode) -> bool:
+        """Inside a pytest-style test: a `test*` function or a `Test*` class."""
+        for a in self.ancestors(node):
+            if isinstance(a, cst.FunctionDef) and a.name.value.startswith("test"):
+                return True
+            if isinstance(a, cst.ClassDef) and a.name.value.startswith("Test"):
+                return True
+        return False
 
     def calls_within(self, container: cst.CSTNode) -> list[cst.Call]:
         """Every call under `container`, nested defs included, in source order."""

@@ -495,6 +495,8 @@ class LossAccumulatedWithGraph(Rule):
         ks = facts.kinds(value)
         if "detached" in ks or "number" in ks:
             return False
+        if facts.computed_without_grad(value):
+            return False
         for c in _inner_chain(value):
             if call_name(c) in ("detach", "item", "cpu", "tolist", "numpy", "detach_"):
                 return False
