@@ -635,7 +635,6 @@ class Facts:
 
     def _element_kinds(self, it: cst.CSTNode, index: tuple[int, ...]) -> set[str]:
         """Kinds of an element produced by iterating `it`, then unpacked by `index`."""
-        it = _strip_parens(it)
         if isinstance(it, cst.Call):
             name = call_name(it)
             q = self.qualname(it.func) or name
@@ -669,7 +668,6 @@ class Facts:
         return set()
 
     def _kinds(self, node: cst.CSTNode) -> set[str]:
-        node = _strip_parens(node)
         if isinstance(node, cst.Name):
             bs = self.lookup(node.value, node)
             if bs:
@@ -1300,10 +1298,6 @@ def _leaves(block: cst.BaseSuite) -> bool:
     if isinstance(block, cst.SimpleStatementSuite):
         return isinstance(body[-1], (cst.Break, cst.Return, cst.Raise))
     return False
-
-
-def _strip_parens(node: cst.CSTNode) -> cst.CSTNode:
-    return node
 
 
 def _iter_expr(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
