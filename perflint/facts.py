@@ -74,7 +74,7 @@ _INDEXED = (
     cst.Call, cst.For, cst.While, cst.With, cst.If, cst.FunctionDef, cst.ClassDef,
     cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Import, cst.ImportFrom, cst.Lambda,
     cst.Return, cst.SimpleString, cst.Attribute, cst.Decorator, cst.Assert, cst.Yield,
-    cst.Del, cst.CompFor, cst.NamedExpr,
+    cst.Del, cst.CompFor, cst.NamedExpr, cst.Name, cst.BinaryOperation,
 )
 
 # ----------------------------------------------------------------------------------------
@@ -894,6 +894,11 @@ class Facts:
 
     # -- file-wide facts ------------------------------------------------------------------
     @cached_property
+    def words(self) -> "Words":
+        """Every identifier and string literal of the file, for name-based guards."""
+        return Words(self)
+
+    @cached_property
     def is_cuda_code(self) -> bool:
         for call in self.index[cst.Call]:
             if isinstance(call.func, cst.Attribute) and call.func.attr.value == "cuda":
@@ -1356,7 +1361,6 @@ def _device_kinds_of(facts: Facts, node: cst.CSTNode, depth: int = 0) -> set[str
             if b.how == "expr":
                 out |= _device_kinds_of(facts, b.node, depth + 1)
             elif b.how == "param":
-                p: cst.Param = b.node  # type: ignore[assignment]
                 out |= {"device_unknown"}
             else:
                 out.add("device_unknown")
@@ -1370,3 +1374,38 @@ def _device_kinds_of(facts: Facts, node: cst.CSTNode, depth: int = 0) -> set[str
             return out
         return {"device_unknown"}
     return {"device_unknown"}
+
+
+class Words:
+    """Every identifier (names, attribute names, keyword names) and string literal of a
+    file, collected from the facts walk's index, plus whether the `@` operator appears."""
+
+    def __init__(self, facts: Facts) -> None:
+        self.name_nodes: dict[str, list[cst.Name]] = {}
+        for node in facts.index[cst.Name]:
+            self.name_nodes.setdefault(node.value, []).append(node)  # type: ignore[attr-defined]
+        strings = set()
+        for node in facts.index[cst.SimpleString]:
+            v = literal_value(node)
+            if isinstance(v, str):
+                strings.add(v)
+        self.names = frozenset(self.name_nodes)
+        self.strings = frozenset(strings)
+        self.matmul_operator = any(
+            isinstance(n.operator, cst.MatrixMultiply) for n in facts.index[cst.BinaryOperation]  # type: ignore[attr-defined]
+        ) or any(isinstance(n.operator, cst.MatrixMultiplyAssign) for n in facts.index[cst.AugAssign])  # type: ignore[attr-defined]
+        self._lower = tuple(w.lower() for w in (*self.names, *self.strings))
+        self._lower_names = tuple(w.lower() for w in self.names)
+
+    def contains(self, *fragments: str) -> bool:
+        """Whether any identifier or string contains one of `fragments` (case-insensitive)."""
+        frags = tuple(f.lower() for f in fragments)
+        return any(f in w for w in self._lower for f in frags)
+
+    def name_contains(self, *fragments: str) -> bool:
+        """Whether any identifier (not string) contains one of `fragments` (case-insensitive)."""
+        frags = tuple(f.lower() for f in fragments)
+        return any(f in w for w in self._lower_names for f in frags)
+
+    def matches(self, rx: "re.Pattern") -> bool:
+        return any(rx.search(w) for w in self._lower)

@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from perflint.diagnostics import Severity
-from perflint.edits import add_arg, make_kwarg, parse_expr, remove_arg, replace_arg_value
+from perflint.edits import add_arg, make_kwarg, remove_arg, replace_arg_value
 from perflint.facts import DATALOADER, NOT_LITERAL, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.names import dotted
 from perflint.rules import register

@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from perflint.facts import Facts, call_name, iter_nodes, literal_value
+from perflint.facts import Facts, call_name, iter_nodes
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation
 

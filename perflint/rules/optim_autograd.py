@@ -9,7 +9,6 @@ import libcst as cst
 from perflint.diagnostics import Severity
 from perflint.edits import add_arg, make_kwarg, parse_expr, parse_stmt, replace_arg_value
 from perflint.facts import Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
-from perflint.names import dotted
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation
 
@@ -602,17 +601,12 @@ def _regions(facts: Facts) -> list[cst.CSTNode]:
 
 def _exclusive(facts: Facts, a: cst.CSTNode, b: cst.CSTNode) -> bool:
     """Whether `a` and `b` sit in different arms of one `if`/`else`."""
-    anc_a = list(facts.ancestors(a))
     set_b = set(facts.ancestors(b))
-    prev = a
-    for node in anc_a:
+    for node in facts.ancestors(a):
         if node in set_b:
             if isinstance(node, cst.If):
-                a_in_body = facts.is_inside(a, node.body)
-                b_in_body = facts.is_inside(b, node.body)
-                return a_in_body != b_in_body
+                return facts.is_inside(a, node.body) != facts.is_inside(b, node.body)
             return False
-        prev = node
     return False
 
 

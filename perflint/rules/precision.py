@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
 
 from perflint.diagnostics import Severity
 from perflint.edits import add_arg, keywordize, make_kwarg, parse_expr, prepend_arg
-from perflint.facts import Facts, call_name, has_splat
+from perflint.facts import NOT_LITERAL, Binding, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.names import dotted
 from perflint.rules import register
 from perflint.rules.base import FixPlan, Rule, Violation
@@ -232,3 +233,1482 @@ def _names_in(facts: Facts, names: set[str]) -> Iterator[cst.Name]:
     for node in facts.index[cst.Assign]:
         if isinstance(node.value, cst.Name) and node.value.value in names:
             yield node.value
+
+
+# ----------------------------------------------------------------------------------------
+# Shared helpers for PF401–PF409 and PF5 (candidates for `perflint.facts`)
+# ----------------------------------------------------------------------------------------
+
+def words(facts: Facts):
+    return facts.words
+
+
+def torch_module_name(facts: Facts, top_level: bool = False) -> str | None:
+    """The local name the `torch` module is bound to (`torch`, or an alias such as `th`)."""
+    names = facts.imports.local_names_for("torch")
+    if top_level:
+        bound = set()
+        for stmt in facts.module.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Import):
+                        for alias in small.names:
+                            full = dotted(alias.name) or ""
+                            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                                if full == "torch":
+                                    bound.add(alias.asname.name.value)
+                            elif full == "torch" or full.startswith("torch."):
+                                bound.add("torch")
+        names = [n for n in names if n in bound]
+    if "torch" in names:
+        return "torch"
+    return sorted(names)[0] if names else None
+
+
+def first_torch_import(facts: Facts) -> cst.CSTNode | None:
+    """The first `import torch…` / `from torch… import …` statement of the file."""
+    best = None
+    for node in (*facts.index[cst.Import], *facts.index[cst.ImportFrom]):
+        hit = False
+        if isinstance(node, cst.Import):
+            hit = any((dotted(a.name) or "").split(".")[0] == "torch" for a in node.names)
+        elif node.module is not None and not node.relative:
+            hit = (dotted(node.module) or "").split(".")[0] == "torch"
+        if hit and (best is None or facts.order[node] < facts.order[best]):
+            best = node
+    return best
+
+
+def _is_setting_line(facts: Facts, stmt: cst.CSTNode) -> bool:
+    """`torch.backends.… = …` or `torch.set_float32_matmul_precision(…)` on its own line."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return False
+    small = stmt.body[0]
+    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+        q = facts.qualname(small.targets[0].target) or ""
+        return q.startswith("torch.backends.")
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        return (facts.qualname(small.value.func) or "") == "torch.set_float32_matmul_precision"
+    return False
+
+
+def insert_after_imports(facts: Facts, code_line: str, after_settings: bool = True) -> dict | None:
+    """A replacement that adds `code_line` once, after the last top-level import (and, with
+    `after_settings`, after any settings lines that directly follow it, so inserted settings
+    stay together)."""
+    body = list(facts.module.body)
+    last = None
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, cst.SimpleStatementLine) and any(
+            isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+        ):
+            last = i
+    if last is None:
+        return None
+    while after_settings and last + 1 < len(body) and _is_setting_line(facts, body[last + 1]):
+        last += 1
+    anchor = body[last]
+    new = cst.parse_statement(code_line + "\n")
+    return {anchor: cst.FlattenSentinel([anchor, new])}
+
+
+def is_training_file(facts: Facts) -> bool:
+    if facts.training_loops():
+        return True
+    return any(facts.step_function_kind(fn) == "train" for fn in facts.index[cst.FunctionDef])
+
+
+_FRAMEWORK_ROOTS = {
+    "accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "apex",
+    "colossalai", "composer",
+}
+
+
+def uses_training_framework(facts: Facts) -> bool:
+    """Accelerate, Lightning, DeepSpeed, apex … or the transformers Trainer: precision and
+    loss scaling may then be configured outside this file."""
+    for full in facts.imports.aliases.values():
+        root = full.split(".", 1)[0]
+        if root in _FRAMEWORK_ROOTS:
+            return True
+        if root == "transformers" and full.rsplit(".", 1)[-1] in ("Trainer", "TrainingArguments", "Seq2SeqTrainer", "Seq2SeqTrainingArguments"):
+            return True
+    return False
+
+
+def layer_qualnames(facts: Facts) -> set[str]:
+    """Qualified names of every torch API called in the file (cached through `words`)."""
+    w = words(facts)
+    got = getattr(w, "_called", None)
+    if got is None:
+        got = {q for q in (facts.qualname(c.func) for c in facts.calls()) if q}
+        w._called = got  # type: ignore[attr-defined]
+    return got
+
+
+_MATMUL_APIS = {
+    "torch.nn.Linear", "torch.nn.LazyLinear", "torch.nn.Bilinear", "torch.nn.MultiheadAttention",
+    "torch.nn.Transformer", "torch.nn.TransformerEncoder", "torch.nn.TransformerEncoderLayer",
+    "torch.nn.TransformerDecoder", "torch.nn.TransformerDecoderLayer",
+    "torch.nn.functional.linear", "torch.nn.functional.bilinear",
+    "torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
+    "torch.matmul", "torch.mm", "torch.bmm", "torch.addmm", "torch.baddbmm", "torch.addbmm",
+    "torch.einsum", "torch.chain_matmul",
+}
+_CONV_APIS = {
+    "torch.nn.Conv1d", "torch.nn.Conv2d", "torch.nn.Conv3d", "torch.nn.ConvTranspose1d",
+    "torch.nn.ConvTranspose2d", "torch.nn.ConvTranspose3d", "torch.nn.LazyConv1d", "torch.nn.LazyConv2d",
+    "torch.nn.LazyConv3d", "torch.nn.LazyConvTranspose1d", "torch.nn.LazyConvTranspose2d",
+    "torch.nn.LazyConvTranspose3d", "torch.nn.functional.conv1d", "torch.nn.functional.conv2d",
+    "torch.nn.functional.conv3d", "torch.nn.functional.conv_transpose1d",
+    "torch.nn.functional.conv_transpose2d", "torch.nn.functional.conv_transpose3d",
+    "torch.conv1d", "torch.conv2d", "torch.conv3d",
+}
+_CONV2D_APIS = {
+    "torch.nn.Conv2d", "torch.nn.ConvTranspose2d", "torch.nn.LazyConv2d", "torch.nn.LazyConvTranspose2d",
+    "torch.nn.functional.conv2d", "torch.nn.functional.conv_transpose2d", "torch.conv2d",
+}
+_TORCHVISION_CLASSIFIER = re.compile(r"^torchvision\.models\.(?!detection\.|optical_flow\.|video\.|segmentation\.|quantization\.)[a-z]\w*$")
+
+
+def has_matmul_work(facts: Facts) -> bool:
+    called = layer_qualnames(facts)
+    if called & _MATMUL_APIS or words(facts).matmul_operator:
+        return True
+    return any(
+        _TORCHVISION_CLASSIFIER.match(q) or q == "timm.create_model" or q == "torch.hub.load"
+        or (q.startswith("transformers.") and q.endswith(".from_pretrained"))
+        for q in called
+    )
+
+
+def has_conv_layers(facts: Facts, two_d: bool = False) -> bool:
+    called = layer_qualnames(facts)
+    if called & (_CONV2D_APIS if two_d else _CONV_APIS):
+        return True
+    return any(_TORCHVISION_CLASSIFIER.match(q) for q in called)
+
+
+_LOW_PRECISION_DTYPES = {"torch.float16", "torch.half", "torch.bfloat16"}
+
+
+def casts_to_low_precision(facts: Facts) -> bool:
+    """`.half()`, `.bfloat16()`, any `torch.float16/bfloat16` reference or a default dtype."""
+    for call in facts.calls():
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("half", "bfloat16"):
+            return True
+        if (facts.qualname(call.func) or "") == "torch.set_default_dtype":
+            return True
+    for a in facts.index[cst.Attribute]:
+        if (facts.qualname(a) or "") in _LOW_PRECISION_DTYPES:
+            return True
+    return False
+
+
+def enclosing_block(facts: Facts, node: cst.CSTNode) -> tuple[cst.CSTNode, int] | None:
+    """(the IndentedBlock or Module whose body holds `node`'s statement, its index)."""
+    stmt = facts.statement_of(node)
+    parent = facts.parent(stmt)
+    if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+        for i, s in enumerate(parent.body):
+            if s is stmt:
+                return parent, i
+    return None
+
+
+def is_model_call(facts: Facts, call: cst.Call) -> bool:
+    if isinstance(call.func, cst.Name) and call.func.value == "self":
+        return False
+    ks = facts.kinds(call.func)
+    return bool(ks & {"model", "~model"}) and not (ks & {"criterion", "~criterion", "optimizer", "dataloader"})
+
+
+def _contains(facts: Facts, stmt: cst.CSTNode, pred) -> bool:
+    for n in iter_nodes(stmt):
+        if isinstance(n, cst.Call) and pred(n):
+            return True
+    return False
+
+
+def wrap_in_with(stmts: list[cst.BaseStatement], item_code: str) -> cst.With:
+    """`with <item_code>:` around `stmts`; the first statement's comments move above it."""
+    first = stmts[0]
+    lead = getattr(first, "leading_lines", ())
+    inner = [first.with_changes(leading_lines=[])] + list(stmts[1:]) if lead else list(stmts)
+    return cst.With(
+        items=[cst.WithItem(item=parse_expr(item_code))],
+        body=cst.IndentedBlock(body=inner),
+        leading_lines=lead,
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# PF401 — relu-not-inplace
+# ----------------------------------------------------------------------------------------
+
+_NN = "torch.nn."
+_F = "torch.nn.functional."
+# Ops that return a new tensor and save only their *inputs* (never their output) for backward:
+# an in-place ReLU on their output is safe (verified: linear, conv, conv→bn(train), layer_norm,
+# gelu, dropout).
+_PRODUCER_FUNCS = {
+    _F + n for n in ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                     "conv_transpose3d", "batch_norm", "layer_norm", "group_norm", "gelu")
+} | {"torch.conv1d", "torch.conv2d", "torch.conv3d"}
+_PRODUCER_MODULES = {
+    _NN + n for n in ("Linear", "LazyLinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+                      "ConvTranspose2d", "ConvTranspose3d", "LazyConv1d", "LazyConv2d", "LazyConv3d",
+                      "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d", "LazyBatchNorm2d",
+                      "LazyBatchNorm3d", "SyncBatchNorm", "LayerNorm", "GroupNorm", "GELU")
+}
+# Dropout returns its input itself in eval mode and for p=0 (verified), so it is transparent:
+# what feeds it decides.
+_TRANSPARENT_FUNCS = {_F + n for n in ("dropout", "dropout1d", "dropout2d", "dropout3d")}
+_TRANSPARENT_MODULES = {_NN + n for n in ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d")}
+_RELU_FUNCS = {_F + "relu", "torch.relu"}
+
+
+def _not_inplace(call: cst.Call, pos: int | None) -> bool:
+    arg = get_arg(call, "inplace", pos)
+    return arg is None or literal_value(arg.value) is False
+
+
+def _is_store(facts: Facts, name: cst.Name) -> bool:
+    """Whether a Name node is a binding target (not a read)."""
+    child: cst.CSTNode = name
+    parent = facts.parent(name)
+    while isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
+        child, parent = parent, facts.parent(parent)
+    if isinstance(parent, cst.AssignTarget) and parent.target is child:
+        return True
+    if isinstance(parent, (cst.For, cst.CompFor)) and parent.target is child:
+        return True
+    if isinstance(parent, (cst.AnnAssign, cst.NamedExpr)) and parent.target is child:
+        return True
+    if isinstance(parent, cst.AsName):
+        return True
+    return False
+
+
+def _is_variable_name(facts: Facts, name: cst.Name) -> bool:
+    parent = facts.parent(name)
+    if isinstance(parent, cst.Attribute) and parent.attr is name:
+        return False
+    if isinstance(parent, cst.Arg) and parent.keyword is name:
+        return False
+    if isinstance(parent, (cst.Param, cst.FunctionDef, cst.ClassDef, cst.ImportAlias)):
+        return False
+    return True
+
+
+def _other_reads(facts: Facts, binding: Binding, name: str, except_node: cst.CSTNode) -> bool:
+    """Whether the value bound by `binding` is read anywhere but at `except_node`."""
+    scope = facts.scope_of(except_node)
+    for n in words(facts).name_nodes.get(name, ()):
+        if n is except_node or not facts.is_inside(n, scope) or not _is_variable_name(facts, n):
+            continue
+        if _is_store(facts, n):
+            continue
+        if facts.scope_of(n) is not scope:
+            return True  # read from a nested function or lambda: assume the worst
+        if any(b is binding for b in facts.lookup(name, n)):
+            return True
+    return False
+
+
+def _module_constructor(facts: Facts, expr: cst.BaseExpression, depth: int = 0) -> cst.Call | None:
+    """The `nn.X(...)` call an expression is (or is bound to, by a single assignment)."""
+    if depth > 4:
+        return None
+    if isinstance(expr, cst.Call):
+        return expr
+    bindings: list[Binding] = []
+    if isinstance(expr, cst.Name):
+        bindings = facts.lookup(expr.value, expr)
+    elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+        bindings = facts.self_attr_bindings(expr)
+    if len(bindings) == 1 and bindings[0].how == "expr":
+        return _module_constructor(facts, bindings[0].node, depth + 1)  # type: ignore[arg-type]
+    return None
+
+
+def _module_kind(facts: Facts, ctor: cst.Call | None, depth: int = 0) -> tuple[str, cst.Call | None] | None:
+    """("producer", None) or ("transparent", None) for an allow-listed module constructor."""
+    if ctor is None or depth > 4 or has_splat(ctor):
+        return None
+    q = facts.qualname(ctor.func) or ""
+    if q in _PRODUCER_MODULES:
+        return "producer", None
+    if q in _TRANSPARENT_MODULES:
+        return ("transparent", None) if _not_inplace(ctor, 1) else None
+    if q == _NN + "Sequential":
+        positional = [a for a in ctor.args if a.keyword is None]
+        if positional:
+            return _sequential_output_kind(facts, positional, len(positional), depth + 1)
+    return None
+
+
+def _sequential_output_kind(facts: Facts, args: list[cst.Arg], upto: int, depth: int) -> tuple[str, None] | None:
+    """Whether the element before position `upto` of a Sequential yields a fresh tensor."""
+    i = upto - 1
+    while i >= 0:
+        if args[i].star:
+            return None
+        kind = _module_kind(facts, _module_constructor(facts, args[i].value), depth)
+        if kind is None:
+            return None
+        if kind[0] == "producer":
+            return kind
+        i -= 1  # transparent: the element before it decides
+    return None
+
+
+def fresh_activation(facts: Facts, expr: cst.BaseExpression, depth: int = 0) -> bool:
+    """Whether `expr` is a new tensor made by an allow-listed op that nothing else reads."""
+    if depth > 6:
+        return False
+    if isinstance(expr, cst.Name):
+        bs = facts.lookup(expr.value, expr)
+        if len(bs) != 1 or bs[0].how != "expr" or not isinstance(bs[0].node, cst.Call):
+            return False
+        if bs[0].site is None or facts.scope_of(bs[0].site) is not facts.scope_of(expr):
+            return False  # bound in an enclosing scope: its other readers are out of view
+        if _other_reads(facts, bs[0], expr.value, expr):
+            return False
+        return fresh_activation(facts, bs[0].node, depth + 1)  # type: ignore[arg-type]
+    if not isinstance(expr, cst.Call) or has_splat(expr):
+        return False
+    q = facts.qualname(expr.func)
+    if q is not None:
+        if q in _PRODUCER_FUNCS:
+            return True
+        if q in _TRANSPARENT_FUNCS:
+            inner = get_arg(expr, "input", 0)
+            return _not_inplace(expr, 3) and inner is not None and fresh_activation(facts, inner.value, depth + 1)
+        return False
+    if isinstance(expr.func, (cst.Name, cst.Attribute)):
+        kind = _module_kind(facts, _module_constructor(facts, expr.func))
+        if kind is None:
+            return False
+        if kind[0] == "producer":
+            return True
+        inner = get_arg(expr, "input", 0)
+        return inner is not None and len(expr.args) == 1 and fresh_activation(facts, inner.value, depth + 1)
+    return False
+
+
+@register
+class ReluNotInplace(Rule):
+    """
+    ## What it does
+    Flags `F.relu(x)`, `torch.relu(x)` and `nn.ReLU()` whose input is a fresh activation that
+    nothing else reads: the output of a convolution, linear layer, batch/layer/group norm or
+    GELU (directly, or through dropout), as a module called in `forward` (`self.conv(x)`), a
+    functional call, or the element before `nn.ReLU()` in `nn.Sequential(...)`. The input
+    value must have no other read, and an `nn.ReLU` module must be called exactly once.
+
+    ## Why is this bad?
+    An out-of-place ReLU allocates a second activation-sized tensor. The gain of
+    `inplace=True` is that one transient buffer — memory, not speed: the PyTorch autograd
+    notes say "there are very few occasions when in-place operations actually lower memory
+    usage by any significant amount". Not measured yet; expect a negligible change in step
+    time. The rule is off by default for that reason.
+
+    ## Example
+    ```python
+    def forward(self, x):
+        x = self.bn(self.conv(x))
+        return F.relu(x)
+    ```
+
+    ## Use instead
+    ```python
+    def forward(self, x):
+        x = self.bn(self.conv(x))
+        return F.relu(x, inplace=True)
+    ```
+
+    ## Fix safety
+    **Unsafe.** `inplace=True` (`torch.relu` becomes `torch.relu_`). Wrong producers raise at
+    `backward()` — sigmoid, tanh, exp, softmax and relu save their output (verified:
+    "one of the variables needed for gradient computation has been modified by an inplace
+    operation"), leaves and views of leaves refuse in-place ops — and a value read again later
+    (a residual) silently changes. The rule only fires when the dataflow in this file rules all
+    of that out, but it cannot see forward hooks or other code that holds the producer's output
+    (files that call `register_forward_hook` are skipped), so the fix stays opt-in.
+
+    ## Applies to
+    All torch versions; CPU and CUDA. Not the default rule set.
+
+    ## References
+    - PyTorch notes, "In-place operations with autograd" (`docs/source/notes/autograd.rst`)
+    - research/rule-facts.md §7 (`inplace_relu_autograd.py`)
+    """
+
+    code = "PF401"
+    name = "relu-not-inplace"
+    summary = "ReLU on a fresh activation could run in place (saves memory, not time)"
+    fix_class = "unsafe"
+    default = False
+    tokens = (b"relu", b"ReLU")
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        if words(facts).name_contains("register_forward_hook", "register_module_forward_hook"):
+            return
+        for call in facts.calls():
+            q = facts.qualname(call.func)
+            if q in _RELU_FUNCS:
+                yield from self._functional(facts, call, q)
+            elif q == _NN + "ReLU" and not call.args:
+                yield from self._module(facts, call)
+
+    def _functional(self, facts: Facts, call: cst.Call, q: str) -> Iterator[Violation]:
+        if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+            return
+        if not fresh_activation(facts, call.args[0].value):
+            return
+        fix = None
+        if q == _F + "relu":
+            fix = self.unsafe("Pass `inplace=True`", {call: add_arg(call, make_kwarg("inplace", "True"))})
+        elif isinstance(call.func, cst.Attribute):
+            new = call.with_changes(func=call.func.with_changes(attr=cst.Name("relu_")))
+            fix = self.unsafe("Use `torch.relu_`", {call: new})
+        yield Violation(call, self._message(), fix)
+
+    def _module(self, facts: Facts, ctor: cst.Call) -> Iterator[Violation]:
+        parent = facts.parent(ctor)
+        ok = False
+        if isinstance(parent, cst.Arg) and parent.keyword is None:
+            seq = facts.parent(parent)
+            if isinstance(seq, cst.Call) and facts.qualname(seq.func) == _NN + "Sequential":
+                args = list(seq.args)
+                i = next(k for k, a in enumerate(args) if a is parent)
+                ok = _sequential_output_kind(facts, args, i, 0) is not None
+        elif isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            site = self._single_call_site(facts, parent.targets[0].target, parent)
+            if site is not None and len(site.args) == 1 and site.args[0].keyword is None and not site.args[0].star:
+                ok = fresh_activation(facts, site.args[0].value)
+        if ok:
+            fix = self.unsafe("Pass `inplace=True`", {ctor: add_arg(ctor, make_kwarg("inplace", "True"))})
+            yield Violation(ctor, self._message(), fix)
+
+    @staticmethod
+    def _single_call_site(facts: Facts, target: cst.BaseExpression, assign: cst.Assign) -> cst.Call | None:
+        """The one place a module bound to `target` is used, when that is a call."""
+        uses: list[cst.CSTNode] = []
+        if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
+            attr = target.attr.value
+            if len(facts.self_attr_bindings(target)) != 1 or attr in words(facts).strings:
+                return None  # rebound, or reached by name (getattr, setattr, state-dict keys)
+            for a in facts.index[cst.Attribute]:
+                if a.attr.value == attr and a is not target:
+                    if not (isinstance(a.value, cst.Name) and a.value.value == "self"):
+                        return None  # reached from outside the class
+                    uses.append(a)
+        elif isinstance(target, cst.Name):
+            scope = facts.scope_of(assign)
+            for n in words(facts).name_nodes.get(target.value, ()):
+                if n is target or not facts.is_inside(n, scope) or not _is_variable_name(facts, n):
+                    continue
+                if _is_store(facts, n):
+                    return None
+                uses.append(n)
+        else:
+            return None
+        if len(uses) != 1:
+            return None
+        site = facts.parent(uses[0])
+        if isinstance(site, cst.Call) and site.func is uses[0]:
+            return site
+        return None
+
+    @staticmethod
+    def _message() -> str:
+        return (
+            "ReLU on a fresh activation nothing else reads: `inplace=True` saves one "
+            "activation-sized buffer (transient memory, not speed)"
+        )
+
+
+# ----------------------------------------------------------------------------------------
+# PF403 — no-mixed-precision
+# ----------------------------------------------------------------------------------------
+
+_PRECISION_WORDS = re.compile(r"(^|[_-])(amp|fp16|bf16|mixed_precision|half_precision)([_-]|$)")
+
+
+def _is_step_boundary(facts: Facts, call: cst.Call) -> bool:
+    return facts.is_backward_call(call) or facts.is_optimizer_step(call)
+
+
+def _backward_tensor_name(call: cst.Call) -> str | None:
+    recv = call.func.value if isinstance(call.func, cst.Attribute) else None
+    while isinstance(recv, cst.BinaryOperation):
+        recv = recv.left
+    return recv.value if isinstance(recv, cst.Name) else None
+
+
+def forward_range(facts: Facts, backward: cst.Call, include_backward: bool = False):
+    """The statements of one training step to wrap: from the first model call to the statement
+    that produces the tensor passed to `.backward()` (or the backward statement itself).
+
+    Returns (block, start, end, first model call) with `block.body[start:end + 1]` the range,
+    or (None, None, None, first model call) when the step has no such simple shape.
+    """
+    where = enclosing_block(facts, backward)
+    if where is None or isinstance(where[0], cst.Module):
+        return None, None, None, None
+    block, bi = where
+    body = list(block.body)
+    if include_backward:
+        end = bi
+    else:
+        name = _backward_tensor_name(backward)
+        end = None
+        if name is not None:
+            bs = facts.lookup(name, backward)
+            if len(bs) == 1 and bs[0].how in ("expr", "unpack") and bs[0].site is not None:
+                stmt = facts.parent(bs[0].site)
+                for i in range(bi):
+                    if body[i] is stmt:
+                        end = i
+            if end is not None:
+                # `loss += aux` / `loss = loss / k` style updates between binding and backward.
+                for k in range(end + 1, bi):
+                    st = body[k]
+                    if isinstance(st, cst.SimpleStatementLine) and any(
+                        isinstance(s, cst.AugAssign) and isinstance(s.target, cst.Name) and s.target.value == name
+                        for s in st.body
+                    ):
+                        end = k
+    lo = 0
+    for i in range(bi - 1, -1, -1):
+        if _contains(facts, body[i], lambda c: _is_step_boundary(facts, c)):
+            lo = i + 1
+            break
+    first_call = None
+    start = None
+    for i in range(lo, bi + 1):
+        for n in iter_nodes(body[i]):
+            if isinstance(n, cst.Call) and is_model_call(facts, n) and facts.scope_of(n) is facts.scope_of(backward):
+                if first_call is None or facts.order[n] < facts.order[first_call]:
+                    first_call = n
+        if first_call is not None:
+            start = i
+            break
+    if first_call is None or end is None or start is None or start > end:
+        return None, None, None, first_call
+    for st in body[start:end + 1]:
+        if _contains(facts, st, lambda c: _is_step_boundary(facts, c)) and not include_backward:
+            return None, None, None, first_call
+        if any(isinstance(n, (cst.Yield, cst.Await)) for n in iter_nodes(st)):
+            return None, None, None, first_call
+    return block, start, end, first_call
+
+
+def rebuild_block(block: cst.IndentedBlock, ranges: list[tuple[int, int, str]]) -> cst.IndentedBlock:
+    """`block` with each `body[start:end + 1]` wrapped in `with <item>:`."""
+    body = list(block.body)
+    out: list[cst.BaseStatement] = []
+    i = 0
+    for start, end, item in sorted(ranges):
+        out.extend(body[i:start])
+        out.append(wrap_in_with(body[start:end + 1], item))
+        i = end + 1
+    out.extend(body[i:])
+    return block.with_changes(body=out)
+
+
+@register
+class NoMixedPrecision(Rule):
+    """
+    ## What it does
+    Flags a CUDA training step (a loop or step function that calls `.backward()`) whose
+    forward pass runs in full fp32, in a file that never uses `torch.autocast` or any other
+    mixed-precision mechanism. Reported at the step's first model call.
+
+    ## Why is this bad?
+    Tensor cores run bf16/fp16 matmuls and convolutions far faster than fp32: the PyTorch
+    performance tuning guide says mixed precision "offers up to 3x overall speedup on Volta and
+    newer GPU architectures". Not measured here (no GPU measurement yet); the gain depends on
+    the GPU and on how much of the step is matmul/conv work.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        x, y = x.cuda(), y.cuda()
+        out = model(x)
+        loss = criterion(out, y)
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        x, y = x.cuda(), y.cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(x)
+            loss = criterion(out, y)
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Fix safety
+    **Unsafe.** It changes numerics (bf16 has an 8-bit mantissa), and bf16 is only fast on
+    compute capability ≥ 8.0 (Ampere and newer); on older GPUs use
+    `torch.autocast("cuda", dtype=torch.float16)` with a `torch.amp.GradScaler` instead
+    (note `torch.cuda.is_bf16_supported()` returns True on pre-Ampere GPUs by default, through
+    emulation). The fix wraps the statements from the first model call to the statement that
+    produces the tensor passed to `.backward()`, when they sit in the same block as the
+    backward call; `backward()` and the optimizer step stay outside, comments stay in place.
+    No fix when the loss is computed in the backward statement itself, or across blocks.
+    bf16 needs no GradScaler: it has fp32's exponent range. The device type is always
+    `"cuda"`: a script that also runs on the CPU gets a warning there and autocast disables
+    itself (verified on a CPU-only machine).
+
+    ## Applies to
+    Target torch ≥ 1.10 (`torch.autocast`); CUDA code only. Silent in files that use
+    autocast, a GradScaler, Accelerate/Lightning/DeepSpeed/apex or the transformers Trainer,
+    precision flags (`amp`, `fp16`, `bf16`, `mixed_precision`), or cast models to
+    half/bfloat16.
+
+    ## References
+    - PyTorch performance tuning guide, "Use mixed precision and AMP"
+    - PyTorch AMP documentation (`torch.amp`), autocast and GradScaler examples
+    - research/rule-facts.md §11
+    """
+
+    code = "PF403"
+    name = "no-mixed-precision"
+    summary = "CUDA training step without autocast"
+    severity = Severity.INFO
+    fix_class = "unsafe"
+    min_torch = (1, 10)
+    tokens = (b"backward",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        if not facts.is_cuda_code or self._has_precision_setup(facts):
+            return
+        tn = torch_module_name(facts)
+        steps: list[tuple[cst.Call, object, int | None, int | None, cst.Call | None]] = []
+        for call in facts.calls():
+            if not facts.is_backward_call(call) or call_name(call) != "backward":
+                continue
+            ctx = facts.iteration_context(call)
+            if ctx is None or ctx.kind != "train" or not self._updates_weights(facts, ctx.node):
+                continue
+            block, start, end, first = forward_range(facts, call)
+            if first is None:
+                continue
+            steps.append((call, block, start, end, first))
+        if not steps:
+            return
+        item = f'{tn}.autocast("cuda", dtype={tn}.bfloat16)'
+        per_block: dict[cst.CSTNode, list[tuple[int, int, str]]] = {}
+        for _, block, start, end, _ in steps:
+            if block is not None and tn is not None:
+                per_block.setdefault(block, []).append((start, end, item))  # type: ignore[arg-type]
+        replacements = {b: rebuild_block(b, rs) for b, rs in per_block.items()}  # type: ignore[arg-type]
+        plan = self.unsafe("Run forward and loss under bf16 autocast", replacements) if replacements else None
+        seen = set()
+        for call, block, start, end, first in steps:
+            if first in seen:
+                continue
+            seen.add(first)
+            yield Violation(
+                first,
+                "CUDA training step without mixed precision: run the forward pass and loss under "
+                '`torch.autocast("cuda", dtype=torch.bfloat16)` (Ampere or newer; pre-Ampere GPUs '
+                "should use float16 with a `torch.amp.GradScaler` instead)",
+                plan if block is not None else None,
+            )
+
+    @staticmethod
+    def _updates_weights(facts: Facts, step: cst.CSTNode) -> bool:
+        """An optimizer step in the iteration, or an optimizer built in the file: a training
+        step, not a saliency map or an adversarial attack that only needs input gradients."""
+        if any(facts.is_optimizer_step(c) for c in facts.calls_within(step)):
+            return True
+        return any(
+            (facts.qualname(c.func) or "").startswith("torch.optim.") and "optimizer" in facts.kinds(c)
+            for c in facts.calls()
+        )
+
+    @staticmethod
+    def _has_precision_setup(facts: Facts) -> bool:
+        w = words(facts)
+        return (
+            facts.uses_autocast
+            or facts.uses_grad_scaler
+            or w.name_contains("autocast", "gradscaler", "grad_scaler", "loss_scale")
+            or uses_training_framework(facts)
+            or w.matches(_PRECISION_WORDS)
+            or casts_to_low_precision(facts)
+            or any(a.keyword is not None and a.keyword.value in ("precision", "mixed_precision")
+                   for c in facts.calls() for a in c.args)
+        )
+
+
+# ----------------------------------------------------------------------------------------
+# PF404 — fp16-without-grad-scaler
+# ----------------------------------------------------------------------------------------
+
+_AUTOCAST_POSITIONS = {
+    # qualname: (device, enabled position, dtype position)
+    "torch.cuda.amp.autocast": ("cuda", 0, 1),
+    "torch.cpu.amp.autocast": ("cpu", 0, 1),
+    "torch.amp.autocast": (None, 2, 1),
+}
+
+
+def _dtype_of(facts: Facts, expr: cst.BaseExpression, depth: int = 0) -> str | None:
+    q = facts.qualname(expr)
+    if q in ("torch.float16", "torch.half"):
+        return "fp16"
+    if q == "torch.bfloat16":
+        return "bf16"
+    if literal_value(expr) is None:
+        return "default"
+    if isinstance(expr, cst.Name) and depth < 4:
+        bs = facts.lookup(expr.value, expr)
+        kinds = {_dtype_of(facts, b.node, depth + 1) if b.how == "expr" else None for b in bs}  # type: ignore[arg-type]
+        if len(kinds) == 1:
+            return kinds.pop()
+    return None
+
+
+def autocast_dtype(facts: Facts, call: cst.Call) -> str | None:
+    """"fp16", "bf16" or None (unknown or disabled) for an autocast call."""
+    q = facts.qualname(call.func)
+    if q not in _AUTOCAST_POSITIONS or has_splat(call):
+        return None
+    device, enabled_pos, dtype_pos = _AUTOCAST_POSITIONS[q]
+    enabled = get_arg(call, "enabled", enabled_pos)
+    if enabled is not None and literal_value(enabled.value) is False:
+        return None
+    if device is None:
+        dev = get_arg(call, "device_type", 0)
+        value = literal_value(dev.value) if dev is not None else NOT_LITERAL
+        device = value if isinstance(value, str) else None
+    arg = get_arg(call, "dtype", dtype_pos)
+    dtype = "default" if arg is None else _dtype_of(facts, arg.value)
+    if dtype == "default":
+        if any((facts.qualname(c.func) or "") == "torch.set_autocast_dtype" for c in facts.calls()):
+            return None
+        return {"cuda": "fp16", "cpu": "bf16"}.get(device or "")
+    return dtype
+
+
+@register
+class Fp16WithoutGradScaler(Rule):
+    """
+    ## What it does
+    Flags float16 autocast in a training step — `torch.autocast("cuda")` (float16 is the CUDA
+    default), `torch.autocast(..., dtype=torch.float16)`, `torch.cuda.amp.autocast()` — in a
+    file with no GradScaler. bfloat16 autocast is exempt.
+
+    ## Why is this bad?
+    Gradients of float16 ops are float16. Values below float16's range (about 6e-8) flush to
+    zero, so small gradients are silently lost and the affected parameters stop learning; the
+    AMP documentation makes gradient scaling part of every float16 training recipe. Not a
+    speed issue: the step computes the wrong update.
+
+    ## Example
+    ```python
+    with torch.autocast("cuda"):
+        loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    ...
+    with torch.autocast("cuda"):
+        loss = criterion(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+    or `torch.autocast("cuda", dtype=torch.bfloat16)` on Ampere or newer GPUs.
+
+    ## Fix safety
+    No fix: adding a scaler changes three statements of the step, and the right choice
+    between a scaler and bf16 depends on the GPU.
+
+    ## Applies to
+    All torch versions with autocast; CUDA and CPU. Silent when the file mentions any scaler
+    (`GradScaler`, `ShardedGradScaler`, timm's `NativeScaler`, a `loss_scaler` …) or uses
+    Accelerate, Lightning, DeepSpeed, apex or the transformers Trainer, which scale losses
+    themselves; silent when the dtype cannot be resolved.
+
+    ## References
+    - PyTorch AMP documentation, "Gradient Scaling"
+    - research/rule-facts.md §11
+    """
+
+    code = "PF404"
+    name = "fp16-without-grad-scaler"
+    summary = "float16 autocast in training without a GradScaler"
+    severity = Severity.ERROR
+    tokens = (b"autocast",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        if facts.uses_grad_scaler or words(facts).name_contains("scaler") or uses_training_framework(facts):
+            return
+        for call in facts.calls():
+            if facts.qualname(call.func) not in _AUTOCAST_POSITIONS:
+                continue
+            ctx = facts.iteration_context(call)
+            if (ctx is None or ctx.kind != "train") and not self._around_training_loop(facts, call):
+                continue
+            if autocast_dtype(facts, call) != "fp16":
+                continue
+            yield Violation(
+                call,
+                "float16 autocast in a training step with no GradScaler: small gradients underflow "
+                "to zero; scale the loss with `torch.amp.GradScaler` or use `dtype=torch.bfloat16`",
+            )
+
+    @staticmethod
+    def _around_training_loop(facts: Facts, call: cst.Call) -> bool:
+        """`with autocast(...):` wrapped around a whole training loop."""
+        item = facts.parent(call)
+        stmt = facts.parent(item) if isinstance(item, cst.WithItem) else None
+        if not isinstance(stmt, cst.With):
+            return False
+        return any(facts.is_inside(loop, stmt.body) for loop in facts.training_loops())
+
+
+# ----------------------------------------------------------------------------------------
+# PF405 — tf32-not-enabled / PF406 — cudnn-benchmark-not-enabled
+# ----------------------------------------------------------------------------------------
+
+
+@register
+class Tf32NotEnabled(Rule):
+    """
+    ## What it does
+    Flags, once per file, a CUDA training file with fp32 matmul work (linear layers,
+    attention, `matmul`/`bmm`/`einsum`, `@`, a torchvision/timm/transformers model) that never
+    sets or reads a TF32 setting — neither the legacy API
+    (`torch.set_float32_matmul_precision`, `torch.backends.cuda.matmul.allow_tf32`,
+    `torch.backends.cudnn.allow_tf32`) nor the new `fp32_precision` API. Reported at the
+    first `import torch` statement.
+
+    ## Why is this bad?
+    Since torch 1.12 fp32 matmuls run in full IEEE precision by default
+    (`get_float32_matmul_precision() == "highest"`, `cuda.matmul.allow_tf32 == False`), so
+    Ampere and newer GPUs leave their TF32 tensor cores unused for fp32 matmuls. cuDNN
+    convolutions already default to TF32 (`cudnn.allow_tf32 == True`), so the setting matters
+    for matmuls. Not measured yet (no GPU measurement); the gain depends on the GPU and the
+    share of fp32 matmul time.
+
+    ## Example
+    ```python
+    import torch
+    model = Transformer().cuda()
+    ```
+
+    ## Use instead
+    ```python
+    import torch
+    torch.set_float32_matmul_precision("high")
+    model = Transformer().cuda()
+    ```
+
+    ## Fix safety
+    **Unsafe.** TF32 rounds matmul inputs to a 10-bit mantissa, which changes numerics. The
+    fix inserts `torch.set_float32_matmul_precision("high")` (portable since 1.12, never
+    raises) once, after the last top-level import, using the file's own name for the torch
+    module. It never writes the new `fp32_precision` API: mixing it with the legacy API
+    raises `RuntimeError` on torch 2.13 as soon as either side reads its setting (verified),
+    and libraries still read the legacy getters. Because files that mention either API are
+    skipped, the inserted line can never mix the two within the file.
+
+    ## Applies to
+    Target torch ≥ 1.12 (TF32 matmul was on by default in 1.7–1.11). CUDA code only; the
+    effect needs compute capability ≥ 8.0. Silent in files that use autocast or cast the
+    model to half/bfloat16 (their matmuls do not run in fp32).
+
+    ## References
+    - PyTorch CUDA semantics notes, "TensorFloat-32 (TF32) on Ampere (and later) devices"
+    - PyTorch performance tuning guide
+    - research/rule-facts.md §11 (`tf32_flags.py`)
+    """
+
+    code = "PF405"
+    name = "tf32-not-enabled"
+    summary = "fp32 matmuls in a CUDA training file without TF32"
+    severity = Severity.INFO
+    fix_class = "unsafe"
+    min_torch = (1, 12)
+    tokens = (b"cuda",)  # is_cuda_code needs the substring
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        anchor = first_torch_import(facts)
+        if anchor is None or not facts.is_cuda_code or not is_training_file(facts):
+            return
+        w = words(facts)
+        if w.name_contains("tf32", "fp32_precision", "matmul_precision"):
+            return
+        if facts.uses_autocast or casts_to_low_precision(facts) or not has_matmul_work(facts):
+            return
+        tn = torch_module_name(facts, top_level=True)
+        fix = None
+        if tn is not None:
+            r = insert_after_imports(facts, f'{tn}.set_float32_matmul_precision("high")')
+            if r is not None:
+                fix = self.unsafe('Add `torch.set_float32_matmul_precision("high")`', r)
+        yield Violation(
+            anchor,
+            'fp32 matmuls run without TF32 on Ampere+ GPUs: add `torch.set_float32_matmul_precision("high")` '
+            "once after the imports (do not mix it with the new `fp32_precision` API)",
+            fix,
+        )
+
+
+_VARIABLE_SHAPE_WORDS = (
+    "pad_sequence", "pack_padded_sequence", "pack_sequence", "pad_packed_sequence", "packedsequence",
+    "randomresize", "randomshortestsize", "scalejitter", "randomioucrop", "randomzoomout", "bucket",
+)
+_RANDOM_CALLS = {"randint", "randrange", "uniform", "choice", "integers", "rand", "random", "randn"}
+
+
+def _variable_input_shapes(facts: Facts) -> bool:
+    w = words(facts)
+    if w.name_contains(*_VARIABLE_SHAPE_WORDS):
+        return True
+    if any(v.startswith("torchvision.models.detection") for v in facts.imports.aliases.values()):
+        return True
+    for call in facts.calls():
+        for a in call.args:
+            if a.keyword is not None and a.keyword.value in ("collate_fn", "batch_sampler") and literal_value(a.value) is not None:
+                return True
+        name = (call_name(call) or "").lower()
+        if "crop" in name or "resize" in name or "interpolate" in name:
+            for a in call.args:
+                for n in iter_nodes(a.value):
+                    if isinstance(n, cst.Call) and call_name(n) in _RANDOM_CALLS:
+                        return True
+    return False
+
+
+def _cudnn_flag_assignments(facts: Facts, flag: str) -> list[cst.Assign]:
+    out = []
+    for node in facts.index[cst.Assign]:
+        for t in node.targets:
+            if isinstance(t.target, cst.Attribute) and facts.qualname(t.target) == f"torch.backends.cudnn.{flag}":
+                out.append(node)
+    return out
+
+
+@register
+class CudnnBenchmarkNotEnabled(Rule):
+    """
+    ## What it does
+    Flags, once per file, a CUDA training file with convolution layers that never sets
+    `torch.backends.cudnn.benchmark` (reported at the first `import torch`). Also flags
+    `cudnn.benchmark = True` set in the same block as `cudnn.deterministic = True` or
+    `torch.use_deterministic_algorithms(True)` (reported at the `benchmark = True`
+    assignment).
+
+    ## Why is this bad?
+    With `benchmark = False` (the default) cuDNN picks convolution algorithms by heuristic;
+    with `True` it times the candidates once per input shape and keeps the fastest. For
+    fixed input shapes that is a one-off cost for faster convolutions; the gain is
+    workload-dependent, not measured yet. Setting it together with determinism flags is
+    contradictory: the PyTorch reproducibility notes say reproducible runs need
+    `benchmark = False`, since the timed choice can differ from run to run.
+
+    ## Example
+    ```python
+    import torch
+    model = torchvision.models.resnet50().cuda()
+    ```
+
+    ## Use instead
+    ```python
+    import torch
+    torch.backends.cudnn.benchmark = True
+    model = torchvision.models.resnet50().cuda()
+    ```
+
+    ## Fix safety
+    **Unsafe.** Benchmarking makes algorithm choice, and so results, vary between runs, and
+    every new input shape triggers a new round of timing (slow with variable shapes). The fix
+    inserts `torch.backends.cudnn.benchmark = True` once, after the last top-level import.
+    The rule is silent when the file shows signs of variable input shapes (`pad_sequence`,
+    packed sequences, random-size crops or resizes, custom `collate_fn`/`batch_sampler`,
+    detection models) or any determinism setting. No fix for the benchmark/deterministic
+    conflict: which of the two the user wants is unknown.
+
+    ## Applies to
+    All torch versions; CUDA code only.
+
+    ## References
+    - PyTorch performance tuning guide, "Enable cuDNN auto-tuner"
+    - PyTorch reproducibility notes (`docs/source/notes/randomness.rst`)
+    - research/rule-facts.md §12
+    """
+
+    code = "PF406"
+    name = "cudnn-benchmark-not-enabled"
+    summary = "conv net trained on CUDA without cudnn.benchmark (or benchmark with determinism)"
+    fix_class = "unsafe"
+    tokens = (b"cuda", b"benchmark")  # CUDA code, or the benchmark/deterministic conflict
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        yield from self._conflicts(facts)
+        anchor = first_torch_import(facts)
+        if anchor is None or not facts.is_cuda_code or not is_training_file(facts):
+            return
+        w = words(facts)
+        if w.name_contains("deterministic") or any("CUBLAS_WORKSPACE_CONFIG" in v for v in w.strings) or _cudnn_flag_assignments(facts, "benchmark"):
+            return
+        if any(
+            isinstance(a.value, cst.Name) and a.value.value == "cudnn" or
+            (isinstance(a.value, cst.Attribute) and a.value.attr.value == "cudnn")
+            for a in facts.index[cst.Attribute] if a.attr.value == "benchmark"
+        ) or "cudnn" in {s.lower() for s in w.strings} or w.name_contains("cudnn_benchmark"):
+            return
+        if any(a.keyword is not None and a.keyword.value == "benchmark" for c in facts.calls() for a in c.args):
+            return  # e.g. Lightning's Trainer(benchmark=...)
+        if not has_conv_layers(facts) or _variable_input_shapes(facts):
+            return
+        tn = torch_module_name(facts, top_level=True)
+        fix = None
+        if tn is not None:
+            r = insert_after_imports(facts, f"{tn}.backends.cudnn.benchmark = True")
+            if r is not None:
+                fix = self.unsafe("Add `torch.backends.cudnn.benchmark = True`", r)
+        yield Violation(
+            anchor,
+            "CUDA conv net trained without `torch.backends.cudnn.benchmark = True`: with fixed "
+            "input shapes the autotuner picks faster convolution algorithms",
+            fix,
+        )
+
+    def _conflicts(self, facts: Facts) -> Iterator[Violation]:
+        det_stmts = [facts.statement_of(a) for a in _cudnn_flag_assignments(facts, "deterministic")
+                     if literal_value(a.value) is True]
+        for call in facts.calls_to("torch.use_deterministic_algorithms"):
+            arg = get_arg(call, "mode", 0)
+            if arg is not None and literal_value(arg.value) is True:
+                det_stmts.append(facts.statement_of(call))
+        if not det_stmts:
+            return
+        det_blocks = {id(facts.parent(s)) for s in det_stmts}
+        for assign in _cudnn_flag_assignments(facts, "benchmark"):
+            if literal_value(assign.value) is True and id(facts.parent(facts.statement_of(assign))) in det_blocks:
+                yield Violation(
+                    assign,
+                    "`cudnn.benchmark = True` next to a determinism setting: benchmarking picks "
+                    "algorithms by timing, so runs are not reproducible; set `benchmark = False` "
+                    "for reproducibility, or drop the determinism flag for speed",
+                )
+
+
+# ----------------------------------------------------------------------------------------
+# PF407 — compile-misuse
+# ----------------------------------------------------------------------------------------
+
+_OTHER_ACCELERATORS = re.compile(r"^(mps|xpu|hpu|npu|mtia|xla|privateuseone)(:\d+)?$")
+
+
+def _cpu_only(facts: Facts) -> bool:
+    if facts.is_cuda_code:
+        return False
+    strings = words(facts).strings
+    if any(_OTHER_ACCELERATORS.match(s) for s in strings) or words(facts).name_contains("accelerator"):
+        return False
+    return "cpu" in strings
+
+
+def compiled_functions(facts: Facts) -> dict[cst.FunctionDef, cst.Call | None]:
+    """Functions compiled with `torch.compile` in this file → the compile call (None for a
+    bare `@torch.compile` decorator)."""
+    out: dict[cst.FunctionDef, cst.Call | None] = {}
+    for fn in facts.index[cst.FunctionDef]:
+        for d in fn.decorators:
+            dec = d.decorator
+            target = dec.func if isinstance(dec, cst.Call) else dec
+            if facts.qualname(target) == "torch.compile":
+                out[fn] = dec if isinstance(dec, cst.Call) else None
+    for call in facts.calls_to("torch.compile"):
+        arg = get_arg(call, "model", 0)
+        if arg is None:
+            continue
+        value = arg.value
+        if isinstance(value, cst.Name) and value.value in facts.functions_by_name and not facts.lookup(value.value, value):
+            fns = facts.functions_by_name[value.value]
+            if len(fns) == 1:
+                out.setdefault(fns[0], call)
+            continue
+        ctor = value
+        if isinstance(value, cst.Name):
+            bs = facts.lookup(value.value, value)
+            ctor = bs[0].node if len(bs) == 1 and bs[0].how == "expr" else None
+        while isinstance(ctor, cst.Call) and isinstance(ctor.func, cst.Attribute) and ctor.func.attr.value in (
+            "to", "cuda", "cpu", "train", "eval", "float", "half", "bfloat16", "double", "requires_grad_"
+        ):
+            ctor = ctor.func.value
+        if isinstance(ctor, cst.Call) and isinstance(ctor.func, cst.Name) and ctor.func.value in facts.module_classes:
+            cls = facts.classes_by_name.get(ctor.func.value)
+            for stmt in cls.body.body if cls is not None else ():
+                if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "forward":
+                    out.setdefault(stmt, call)
+    return out
+
+
+@register
+class CompileMisuse(Rule):
+    """
+    ## What it does
+    Flags three `torch.compile` mistakes:
+    1. `torch.compile(...)` called on every iteration of a training/evaluation loop (or of a
+       loop around one), outside any `if`;
+    2. `mode="reduce-overhead"` in CPU-only code;
+    3. `.item()` or `print(...)` inside a compiled function (decorated with `@torch.compile`,
+       or passed to `torch.compile` in this file, including a local `nn.Module`'s `forward`).
+
+    ## Why is this bad?
+    1. Compilation is expensive (measured on CPU: 40 s for the first call of a small MLP,
+       9.7 s for a recompile) and each call wraps the model again; past the recompile limit
+       (8) torch falls back to eager.
+    2. `reduce-overhead` means CUDA graphs (`{'triton.cudagraphs': True}`), which only apply
+       to CUDA graphs: on CPU it buys nothing.
+    3. Both are graph breaks (verified with `torch._dynamo.explain`: one break each), which
+       split the compiled region; `.item()` also forces a device-to-host sync.
+
+    ## Example
+    ```python
+    for epoch in range(epochs):
+        model = torch.compile(model)
+        ...
+
+    @torch.compile
+    def step(x):
+        loss = model(x).sum()
+        print(loss.item())
+        return loss
+    ```
+
+    ## Use instead
+    ```python
+    model = torch.compile(model)
+    for epoch in range(epochs):
+        ...
+
+    @torch.compile
+    def step(x):
+        return model(x).sum()
+    loss = step(x)   # log outside, every N steps
+    ```
+
+    ## Fix safety
+    No fix: moving a compile call or a print changes program structure.
+
+    ## Applies to
+    Target torch ≥ 2.0; CPU and CUDA (check 2 only in CPU-only files: no CUDA evidence, a
+    `"cpu"` device string, and no other accelerator). With `fullgraph=True`, `.item()` is
+    captured (torch 2.13 turns on `capture_scalar_outputs`), so only `print` is reported.
+
+    ## References
+    - `torch.compile` docstring and `torch._inductor.list_mode_options()` (2.13)
+    - research/rule-facts.md §13 (`compile_time_cpu.py`)
+    """
+
+    code = "PF407"
+    name = "compile-misuse"
+    summary = "torch.compile in a loop, cudagraph mode on CPU, or graph breaks in compiled code"
+    min_torch = (2, 0)
+    tokens = (b"compile",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        for call in facts.calls_to("torch.compile"):
+            if self._in_loop(facts, call):
+                yield Violation(
+                    call,
+                    "`torch.compile` runs on every iteration of the loop; compile once, before it",
+                )
+            mode = get_arg(call, "mode", 2)
+            if mode is not None and literal_value(mode.value) == "reduce-overhead" and _cpu_only(facts):
+                yield Violation(
+                    mode,
+                    '`mode="reduce-overhead"` uses CUDA graphs, which do nothing for CPU-only code',
+                )
+        print_shadowed = "print" in facts.functions_by_name
+        for fn, compile_call in compiled_functions(facts).items():
+            fullgraph = False
+            if compile_call is not None:
+                fg = get_arg(compile_call, "fullgraph", 1)
+                fullgraph = fg is not None and literal_value(fg.value) is True
+            for call in facts.calls_within(fn):
+                if facts.enclosing_function(call) is not fn:
+                    continue
+                if call_name(call) == "item" and isinstance(call.func, cst.Attribute) and not call.args and not fullgraph:
+                    yield Violation(call, "`.item()` inside a compiled function is a graph break and a host sync")
+                elif isinstance(call.func, cst.Name) and call.func.value == "print" and not print_shadowed \
+                        and not facts.lookup("print", call):
+                    yield Violation(call, "`print` inside a compiled function is a graph break")
+
+    @staticmethod
+    def _in_loop(facts: Facts, call: cst.Call) -> bool:
+        loops = []
+        for a in facts.ancestors(call):
+            if isinstance(a, (cst.If, cst.Try, cst.IfExp)):
+                if not loops:
+                    return False  # compiled under a condition (once, lazily): fine
+            if isinstance(a, (cst.For, cst.While)):
+                loops.append(a)
+            if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                break
+        for loop in loops:
+            if facts.loop_kind(loop) is not None:
+                return True
+            if any(facts.is_inside(inner, loop) for inner in (*facts.training_loops(), *facts.eval_loops())):
+                return True
+        return False
+
+
+# ----------------------------------------------------------------------------------------
+# PF408 — channels-last-missing
+# ----------------------------------------------------------------------------------------
+
+
+@register
+class ChannelsLastMissing(Rule):
+    """
+    ## What it does
+    Flags, once per file, a CUDA training file that trains a 2-D conv net under autocast and
+    never mentions `channels_last`. Reported at the first `import torch`.
+
+    ## Why is this bad?
+    Tensor-core convolutions prefer NHWC. The PyTorch memory-format tutorial reports "22%
+    improvement in ResNet50 training speed" and "8-35% improvement across a selection of
+    models tested on a V100" with channels_last + AMP (quoted by the fastai docs); not
+    measured here. Grouped convolutions can hit slow paths instead.
+
+    ## Example
+    ```python
+    model = torchvision.models.resnet50().cuda()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = criterion(model(x), y)
+    ```
+
+    ## Use instead
+    ```python
+    model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
+    x = x.to(memory_format=torch.channels_last)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = criterion(model(x), y)
+    ```
+
+    ## Fix safety
+    No fix: both the model and the inputs must be converted, results can differ numerically,
+    and custom ops may assume contiguous NCHW tensors.
+
+    ## Applies to
+    All torch versions with `channels_last` (1.5+); CUDA code with autocast. Off by default:
+    the detection is a heuristic and the gain depends on the GPU and the network.
+
+    ## References
+    - PyTorch performance tuning guide and channels-last memory-format tutorial
+    - research/rule-facts.md §16
+    """
+
+    code = "PF408"
+    name = "channels-last-missing"
+    summary = "conv net trained under AMP without channels_last"
+    severity = Severity.INFO
+    default = False
+    tokens = (b"autocast",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        anchor = first_torch_import(facts)
+        if anchor is None or not facts.uses_autocast or not facts.is_cuda_code or not is_training_file(facts):
+            return
+        if words(facts).name_contains("channels_last") or not has_conv_layers(facts, two_d=True):
+            return
+        yield Violation(
+            anchor,
+            "2-D conv net trained under AMP in NCHW: convert the model and inputs with "
+            "`.to(memory_format=torch.channels_last)` for faster tensor-core convolutions",
+        )
+
+
+# ----------------------------------------------------------------------------------------
+# PF409 — tensor-created-then-moved
+# ----------------------------------------------------------------------------------------
+
+# Constructors whose values do not depend on where they are computed.
+_EXACT_CTORS = {"zeros", "ones", "full", "empty", "eye", "tensor"}
+# Same values only in integer arithmetic: CPU kernels accumulate float ranges in double
+# (`acc_type<scalar_t, false>`), CUDA kernels in float (`acc_type<scalar_t, true>`).
+_RANGE_CTORS = {"arange", "linspace"}
+_RANDOM_CTORS = {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "poisson", "multinomial"}
+_TO_KEYWORDS = {"device", "dtype", "non_blocking", "copy"}
+_DEVICE_NAME = re.compile(r"(^|_)(device|dev)$")
+
+
+def _int_literals_only(call: cst.Call) -> bool:
+    positional = [a for a in call.args if a.keyword is None]
+    return all(isinstance(a.value, cst.Integer) for a in positional) and not any(
+        a.keyword is not None and a.keyword.value == "dtype" for a in call.args
+    )
+
+
+@register
+class TensorCreatedThenMoved(Rule):
+    """
+    ## What it does
+    Flags `torch.zeros/ones/full/empty/eye/arange/linspace/tensor(...)`, the random
+    constructors (`rand`, `randn`, `randint`, `randperm`, `normal` …) and
+    `torch.from_numpy(a)` directly followed by `.cuda()` or `.to(<device>)`.
+
+    ## Why is this bad?
+    The tensor is built in host memory, then copied: a pageable host-to-device copy that also
+    synchronizes. The performance tuning guide: "Instead of calling `torch.rand(size).cuda()`
+    … produce the output directly on the target device". Measured on CPU: `torch.randn(4e6)`
+    takes 26.7 ms before any copy; the copy itself is not measured here (no GPU).
+
+    ## Example
+    ```python
+    mask = torch.zeros(n, n).to(device)
+    noise = torch.randn(b, d).cuda()
+    x = torch.from_numpy(arr).to(device)
+    ```
+
+    ## Use instead
+    ```python
+    mask = torch.zeros(n, n, device=device)
+    noise = torch.randn(b, d, device="cuda")
+    x = torch.as_tensor(arr, device=device)
+    ```
+
+    ## Fix safety
+    **Safe** for `zeros`, `ones`, `full`, `empty`, `eye`, `tensor`, integer `arange`, and
+    `from_numpy(a).to(dev)` → `torch.as_tensor(a, device=dev)` (a copy on CUDA and an alias on
+    the CPU, as before), when the `.to` argument is provably a device (a string literal,
+    `torch.device(...)`, or a name bound only to those) and the constructor has no
+    `requires_grad=True` (moving `device=` into it would turn a non-leaf into a leaf). `.to(dev,
+    dtype)` becomes `device=…, dtype=…` (safe for `zeros/ones/empty/eye`; other constructors
+    would round once instead of twice). **Unsafe** for random constructors (CUDA has its own
+    generator, so seeded runs draw different numbers), float `arange`/`linspace` (CPU kernels
+    accumulate in double, CUDA kernels in float), and when the device is only a name such as
+    `device` or `self.device`. No fix with `generator=`, `out=`, `pin_memory=`, `**kwargs`,
+    `memory_format=` or a dtype given twice; never fires for `.to(dtype)`, `.to(tensor)` or
+    `.to("cpu")`.
+
+    ## Applies to
+    All torch versions; any device but the CPU.
+
+    ## References
+    - PyTorch performance tuning guide, "Create tensors directly on the target device"
+    - research/rule-facts.md §14 (`numpy_tensor_creation.py`)
+    """
+
+    code = "PF409"
+    name = "tensor-created-then-moved"
+    summary = "tensor built on the CPU, then moved to a device"
+    fix_class = "safe or unsafe"
+    tokens = (b"zeros", b"ones", b"full", b"empty", b"eye", b"arange", b"linspace", b"tensor",
+              b"rand", b"normal", b"bernoulli", b"poisson", b"multinomial", b"from_numpy")
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        for call in facts.calls():
+            name = call_name(call)
+            if name not in ("to", "cuda") or not isinstance(call.func, cst.Attribute):
+                continue
+            inner = call.func.value
+            if not isinstance(inner, cst.Call):
+                continue
+            q = facts.qualname(inner.func) or ""
+            if not q.startswith("torch.") or q.count(".") != 1:
+                continue
+            ctor = q[len("torch."):]
+            if ctor not in (_EXACT_CTORS | _RANGE_CTORS | _RANDOM_CTORS | {"from_numpy"}):
+                continue
+            rg = get_arg(inner, "requires_grad")
+            if rg is not None and literal_value(rg.value) is not False:
+                continue
+            if get_arg(inner, "device") is not None:
+                continue
+            dest = self._destination(facts, call, name)
+            if dest is None:
+                continue
+            device, dtype, strength = dest
+            yield Violation(
+                inner,
+                f"`torch.{ctor}(...)` is built on the CPU and then copied to the device; "
+                + ("use `torch.as_tensor(..., device=...)`" if ctor == "from_numpy" else "pass `device=` to create it there"),
+                self._fix(facts, call, inner, ctor, device, dtype, strength),
+            )
+
+    @staticmethod
+    def _destination(facts: Facts, call: cst.Call, name: str):
+        """(device expr, dtype expr | None, "proven" | "named" | "nofix") or None (not a move)."""
+        if name == "cuda":
+            positional = [a for a in call.args if a.keyword is None]
+            if any(a.star for a in call.args) or any(
+                a.keyword is not None and a.keyword.value not in ("non_blocking", "device") for a in call.args
+            ):
+                return cst.SimpleString('"cuda"'), None, "nofix"
+            dev_arg = get_arg(call, "device", 0)
+            if dev_arg is None:
+                return cst.SimpleString('"cuda"'), None, "proven"
+            if isinstance(dev_arg.value, cst.Integer) and positional:
+                return cst.SimpleString(f'"cuda:{dev_arg.value.value}"'), None, "proven"
+            return cst.SimpleString('"cuda"'), None, "nofix"
+        if any(a.star for a in call.args):
+            return None
+        positional = [a for a in call.args if a.keyword is None]
+        dev_arg = get_arg(call, "device", 0)
+        if dev_arg is None:
+            return None  # `.to(dtype=...)` only
+        dtype_arg = get_arg(call, "dtype", 1)
+        ks = facts.device_kinds(dev_arg.value)
+        if facts.is_device_expr(dev_arg.value):
+            if ks == {"device_cpu"}:
+                return None
+            strength = "proven"
+        else:
+            target = dev_arg.value
+            label = target.attr.value if isinstance(target, cst.Attribute) else (
+                target.value if isinstance(target, cst.Name) else "")
+            if not _DEVICE_NAME.search(label.lower()) or facts.kinds(target) & {"tensor", "output", "batch"}:
+                return None
+            strength = "named"
+        if len(positional) > 2 or any(a.keyword is not None and a.keyword.value not in _TO_KEYWORDS for a in call.args):
+            strength = "nofix"
+        return dev_arg.value, (dtype_arg.value if dtype_arg is not None else None), strength
+
+    def _fix(self, facts: Facts, call: cst.Call, inner: cst.Call, ctor: str, device, dtype, strength) -> FixPlan | None:
+        if strength == "nofix" or any(a.star == "**" for a in inner.args):
+            return None
+        if any(a.keyword is not None and a.keyword.value in ("generator", "out", "pin_memory", "device") for a in inner.args):
+            return None
+        has_dtype = get_arg(inner, "dtype") is not None
+        if dtype is not None and has_dtype:
+            return None
+        safe = strength == "proven"
+        if ctor in _RANDOM_CTORS:
+            safe = False
+        elif ctor == "linspace" or (ctor == "arange" and not _int_literals_only(inner) and len([a for a in inner.args if a.keyword is None]) != 1):
+            safe = False
+        if dtype is not None and ctor not in ("zeros", "ones", "empty", "eye", "from_numpy"):
+            safe = False
+        new = inner
+        if ctor == "from_numpy":
+            if not isinstance(inner.func, cst.Attribute) or len(inner.args) != 1 or inner.args[0].keyword is not None:
+                return None
+            new = new.with_changes(func=inner.func.with_changes(attr=cst.Name("as_tensor")))
+        if dtype is not None:
+            new = add_arg(new, make_kwarg("dtype", dtype))
+        new = add_arg(new, make_kwarg("device", device))
+        new = new.with_changes(lpar=call.lpar, rpar=call.rpar) if call.lpar else new
+        what = "Create it with `device=`" if ctor != "from_numpy" else "Use `torch.as_tensor(..., device=...)`"
+        return (self.safe if safe else self.unsafe)(what, {call: new})
