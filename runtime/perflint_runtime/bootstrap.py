@@ -1,0 +1,306 @@
+"""Run an unmodified training script and time its optimizer steps.
+
+    python -m perflint_runtime.bootstrap --steps 30 --warmup 5 --result out.json -- train.py --lr 1e-3
+
+The script runs in this process as `__main__` (as `python train.py …` would run it).
+Before it starts, global optimizer step hooks are registered, so every `optimizer.step()`
+of every optimizer is seen without touching the script:
+
+* a step ends in the post-step hook: the device is synchronised, then the clock is read;
+  a step's time runs from the end of the previous step to the end of this one, so it
+  holds data loading, forward, backward and the update;
+* the first `warmup` steps are discarded; the clock restarts after the harness's own
+  bookkeeping, which is therefore never timed;
+* the loss is the scalar last passed to `backward()` (through `torch.autograd.backward`,
+  which `Tensor.backward` calls), or the unscaled value given to `GradScaler.scale`; it is
+  read after the clock, when the device is already idle;
+* the batch size is the first dimension of the first tensor in the first DataLoader
+  batch, else of the first tensor given to a module's forward;
+* after `warmup + steps` steps the JSON result is written and the process exits at once
+  with status 0, whatever the script would have done next.
+
+When the script has several optimizers (a GAN, say), the first one to step defines the
+step.  A script that returns, calls `sys.exit`, or raises before enough steps still gets a
+result file that says so, with the steps it did reach.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import runpy
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from perflint_runtime.sysinfo import cpu_model
+
+STATUS_COMPLETE = "complete"  # reached warmup + steps
+STATUS_RETURNED = "returned"  # the script ended normally before that
+STATUS_EXITED = "exited"  # the script called sys.exit before that
+STATUS_CRASHED = "crashed"  # the script raised
+
+
+@dataclass
+class Result:
+    """What one measured run reports (the JSON file's content)."""
+
+    status: str = STATUS_CRASHED
+    exit_code: int = 0
+    warmup: int = 0
+    steps_wanted: int = 0
+    steps_done: int = 0
+    step_times_s: list[float] = field(default_factory=list)
+    losses: list[float | None] = field(default_factory=list)
+    batch_size: int | None = None
+    peak_memory_bytes: int | None = None
+    memory_kind: str = "rss"
+    device: str = "cpu"
+    device_name: str = ""
+    torch_version: str = torch.__version__
+    torch_threads: int = 1
+
+
+def synchronize() -> None:
+    """Wait for queued device work, so that the clock reads finished work."""
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def first_tensor(value: object) -> torch.Tensor | None:
+    """The first tensor in a (nested) tuple, list or dict, or the value itself."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = first_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
+def leading_dim(value: object) -> int | None:
+    tensor = first_tensor(value)
+    if tensor is None or tensor.dim() == 0:
+        return None
+    return int(tensor.shape[0])
+
+
+class StepRecorder:
+    """Counts and times optimizer steps; calls `on_complete` after warmup + steps."""
+
+    def __init__(self, warmup: int, steps: int, on_complete) -> None:
+        if warmup < 1:
+            raise ValueError("warmup must be at least 1: the first step's time includes start-up")
+        self.result = Result(warmup=warmup, steps_wanted=steps)
+        self.on_complete = on_complete
+        self.primary: int | None = None  # id() of the optimizer whose steps are counted
+        self.pending_losses: list[torch.Tensor] = []
+        self.scaled_loss: torch.Tensor | None = None
+        self.loader_batch: int | None = None
+        self.forward_batch: int | None = None
+        self.in_loader = False
+        self.started = 0.0
+
+    # -- hooks -----------------------------------------------------------------------
+    def pre_step(self, optimizer, args, kwargs) -> None:
+        if self.primary is None:
+            self.primary = id(optimizer)
+
+    def post_step(self, optimizer, args, kwargs) -> None:
+        if id(optimizer) != self.primary:
+            return
+        synchronize()
+        now = time.perf_counter()
+        r = self.result
+        r.steps_done += 1
+        if r.steps_done > r.warmup:
+            r.step_times_s.append(now - self.started)
+        r.losses.append(self._take_loss())
+        if r.steps_done == r.warmup:
+            self._reset_peak_memory()
+        if r.steps_done == r.warmup + r.steps_wanted:
+            r.status = STATUS_COMPLETE
+            self.on_complete(self)
+        self.started = time.perf_counter()
+
+    def note_backward(self, tensors) -> None:
+        if isinstance(tensors, (list, tuple)):
+            if len(tensors) != 1:
+                return
+            tensors = tensors[0]
+        if not isinstance(tensors, torch.Tensor) or tensors.numel() != 1:
+            return
+        if tensors is self.scaled_loss:  # already noted, unscaled, by GradScaler.scale
+            self.scaled_loss = None
+            return
+        self.pending_losses.append(tensors.detach())
+
+    def note_scaled(self, outputs, scaled) -> None:
+        if isinstance(outputs, torch.Tensor) and outputs.numel() == 1 and scaled is not outputs:
+            self.pending_losses.append(outputs.detach())
+            self.scaled_loss = scaled
+
+    def note_loader_batch(self, batch) -> None:
+        if self.loader_batch is None:
+            self.loader_batch = leading_dim(batch)
+
+    def note_forward(self, args) -> bool:
+        """Record a forward call's batch size; True once one is known."""
+        if self.in_loader:
+            return False
+        self.forward_batch = leading_dim(args)
+        return self.forward_batch is not None
+
+    # -- result ----------------------------------------------------------------------
+    def finish(self, status: str, exit_code: int) -> Result:
+        r = self.result
+        if r.status != STATUS_COMPLETE:
+            r.status = status
+        r.exit_code = exit_code
+        r.batch_size = self.loader_batch if self.loader_batch is not None else self.forward_batch
+        r.torch_threads = torch.get_num_threads()
+        if torch.cuda.is_initialized():
+            r.device = "cuda"
+            r.device_name = torch.cuda.get_device_name()
+            r.memory_kind = "cuda"
+            r.peak_memory_bytes = int(torch.cuda.max_memory_allocated())
+        else:
+            r.device = "cpu"
+            r.device_name = cpu_model()
+            r.memory_kind = "rss"
+            r.peak_memory_bytes = peak_rss_bytes()
+        return r
+
+    def _take_loss(self) -> float | None:
+        losses, self.pending_losses = self.pending_losses, []
+        if not losses:
+            return None
+        return float(torch.stack([t.float().reshape(()) for t in losses]).mean())
+
+    @staticmethod
+    def _reset_peak_memory() -> None:
+        if torch.cuda.is_initialized():
+            torch.cuda.reset_peak_memory_stats()
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident set size (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def install(recorder: StepRecorder) -> None:
+    """Register the optimizer hooks and the loss and batch-size probes."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    register_optimizer_step_pre_hook(recorder.pre_step)
+    register_optimizer_step_post_hook(recorder.post_step)
+
+    autograd_backward = torch.autograd.backward
+
+    def backward(tensors, *args, **kwargs):
+        recorder.note_backward(tensors)
+        return autograd_backward(tensors, *args, **kwargs)
+
+    torch.autograd.backward = backward
+
+    scale = torch.amp.GradScaler.scale
+
+    def scale_and_note(self, outputs):
+        scaled = scale(self, outputs)
+        recorder.note_scaled(outputs, scaled)
+        return scaled
+
+    torch.amp.GradScaler.scale = scale_and_note
+
+    loader_next = _BaseDataLoaderIter.__next__
+
+    def next_and_note(self):
+        recorder.in_loader = True
+        try:
+            batch = loader_next(self)
+        finally:
+            recorder.in_loader = False
+        recorder.note_loader_batch(batch)
+        _BaseDataLoaderIter.__next__ = loader_next  # one batch is enough
+        return batch
+
+    _BaseDataLoaderIter.__next__ = next_and_note
+
+    handle = None
+
+    def forward_pre_hook(module, args):
+        if recorder.note_forward(args) and handle is not None:
+            handle.remove()
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(forward_pre_hook)
+
+
+def write_result(path: str, result: Result) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(asdict(result), f)
+    os.replace(tmp, path)
+
+
+def exit_code_of(exc: SystemExit) -> int:
+    """The status `sys.exit(code)` gives the shell."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    return 1  # sys.exit("message") prints the message and exits 1
+
+
+def run(script: str, script_args: list[str], steps: int, warmup: int, result_path: str) -> int:
+    """Run `script` under the recorder; return the exit status for this process."""
+
+    def complete(recorder: StepRecorder) -> None:
+        write_result(result_path, recorder.finish(STATUS_COMPLETE, 0))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # stop the script here; DataLoader workers are reaped by the launcher
+
+    recorder = StepRecorder(warmup, steps, complete)
+    install(recorder)
+    sys.argv = [script, *script_args]
+    sys.path[0] = str(Path(script).resolve().parent)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exit_code_of(exc)
+        if code and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        write_result(result_path, recorder.finish(STATUS_EXITED, code))
+        return code
+    except BaseException:  # noqa: BLE001 - report any failure of the script, then fail
+        traceback.print_exc()
+        write_result(result_path, recorder.finish(STATUS_CRASHED, 1))
+        return 1
+    write_result(result_path, recorder.finish(STATUS_RETURNED, 0))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m perflint_runtime.bootstrap", description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, required=True, help="measured optimizer steps")
+    parser.add_argument("--warmup", type=int, required=True, help="optimizer steps discarded first (at least 1)")
+    parser.add_argument("--result", required=True, help="where to write the JSON result")
+    parser.add_argument("script", help="the training script")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
+    opts = parser.parse_args(argv)
+    return run(opts.script, opts.script_args, opts.steps, opts.warmup, opts.result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
