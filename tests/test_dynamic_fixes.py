@@ -15,7 +15,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from pathlib import Path  # noqa: E402
+
 from perflint.engine import LintOptions, fix_source, lint_bytes  # noqa: E402
+
+FIXTURES_RULES = Path(__file__).resolve().parent.parent / "fixtures" / "rules"
 
 
 def fixed(src: str, codes, unsafe=False, target=(2, 4)) -> str:
@@ -350,3 +354,30 @@ def test_pf402_guard_positional_arguments_must_be_keywordized():
             warnings.simplefilter("ignore")
             with torch.amp.autocast("cpu", False):
                 pass
+
+
+def test_pf403_offers_no_fix_for_margin_losses_because_both_rewrites_break():
+    src = (FIXTURES_RULES / "PF403_margin_loss.py").read_text()
+    assert fixed(src, ["PF403"], unsafe=True) == src
+    cpu = src.replace('"cuda"', '"cpu"').replace(".cuda()", "")
+    check = "\nresult = torch.isfinite(model.weight.grad).all().item()\n"
+    assert run(cpu + check)["result"] is True
+    wrap = '    with torch.autocast("cpu", dtype=torch.bfloat16):\n'
+    forward = "    emb = model(x)  # expect: PF403\n"
+    loss = "    loss = criterion(emb, y)\n"
+    assert forward + loss in cpu
+    only_forward = cpu.replace(forward + loss, wrap + "    " + forward + loss)
+    with pytest.raises(RuntimeError, match="same dtype"):
+        run(only_forward + check)
+    # Wrapping the loss too: an embedding at (nearly) zero angle to its class weight makes
+    # the clamp 1 - 1e-7 round to 1.0 in bf16, and acos's gradient is infinite there.
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    emb = torch.randn(8, 16, requires_grad=True)
+    weight = emb.detach()[:4].clone().requires_grad_()
+    labels = torch.arange(8) % 4
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cos = F.linear(F.normalize(emb), F.normalize(weight)).clamp(-1 + 1e-7, 1 - 1e-7)
+        F.cross_entropy(30 * torch.cos(torch.acos(cos) + 0.2), labels).backward()
+    assert torch.isnan(emb.grad).any()

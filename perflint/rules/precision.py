@@ -863,7 +863,11 @@ class NoMixedPrecision(Rule):
     produces the tensor passed to `.backward()`, when they sit in the same block as the
     backward call; `backward()` and the optimizer step stay outside, comments stay in place.
     No fix when the loss is computed in the backward statement itself, or across blocks.
-    bf16 needs no GradScaler: it has fp32's exponent range. The device type is always
+    No fix either in files whose loss uses `acos`/`asin` (ArcFace / additive-angular-margin
+    losses): they clamp the cosine to `1 - 1e-7`, which bf16 rounds to 1.0, so under autocast
+    `acos` has an infinite gradient (NaN gradients, reproduced under CPU bf16 autocast), and
+    leaving the loss outside autocast feeds a bf16 embedding to fp32 margin weights
+    (`expected m1 and m2 to have the same dtype`). bf16 needs no GradScaler: it has fp32's exponent range. The device type is always
     `"cuda"`: a script that also runs on the CPU gets a warning there and autocast disables
     itself (verified on a CPU-only machine).
 
@@ -904,6 +908,11 @@ class NoMixedPrecision(Rule):
             steps.append((call, block, start, end, first))
         if not steps:
             return
+        if words(facts).name_contains("acos", "asin", "arccos", "arcsin"):
+            # Margin losses (ArcFace/AAM) clamp to 1 - 1e-7, which bf16 rounds to 1: under
+            # autocast acos gets an infinite gradient, and outside it a bf16 embedding meets
+            # fp32 margin weights. Report, but offer no rewrite.
+            steps = [(c, None, s, e, f) for c, b, s, e, f in steps]
         item = f'{tn}.autocast("cuda", dtype={tn}.bfloat16)'
         per_block: dict[cst.CSTNode, list[tuple[int, int, str]]] = {}
         for _, block, start, end, _ in steps:
