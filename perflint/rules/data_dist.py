@@ -152,7 +152,8 @@ class SlowConvolution(Rule):
     the direct one only up to FFT rounding (`numpy.allclose`, not bit-identical), integer
     inputs now give a float array, and N-d inputs that `np.convolve` rejects are accepted.
     `mode="same"`/`"valid"` are never rewritten: `np.convolve(..., "same")` returns
-    max(M, N) samples while scipy returns len(in1) (verified: 8 vs 5).
+    max(M, N) samples while scipy returns len(in1) (verified: 8 vs 5). A file that did not
+    import scipy before now needs it installed: add it to the project's dependencies.
 
     ## Applies to
     Any file (torch or not) that uses NumPy or SciPy convolution.
