@@ -1,4 +1,6 @@
+"""`python -m perflint`: the same command line as `perflint`."""
+
 from perflint.cli import main
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="perflint")

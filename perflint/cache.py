@@ -1,8 +1,10 @@
-"""A content-hash result cache: `.perflint_cache/<version>/<settings fingerprint>.json`.
+"""A content-hash result cache: `.perflint_cache/<version>/<key>.json`.
 
-An entry maps a file path to the SHA-256 of its bytes and the diagnostics found in it; a
-changed file, another perflint version or other settings (rules, target torch) miss.  Files
-with errors are never cached, so a fixed problem is seen at once.
+The key covers perflint's version, a stamp of its own code (so an edited rule never serves
+stale results, even without a version bump) and the settings that decide a file's
+diagnostics (rules, target torch, whether fix edits are included).  An entry maps a file's
+absolute path to the SHA-256 of its bytes and the diagnostics found in it; a changed file
+misses.  Files with errors are never cached, so a fixed problem is seen at once.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from functools import lru_cache
 from pathlib import Path
 
 from perflint import __version__
@@ -21,12 +24,28 @@ def digest(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
+@lru_cache(maxsize=1)
+def code_stamp() -> str:
+    """A hash of the names, sizes and modification times of perflint's own modules."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256(__version__.encode())
+    for p in sorted(root.rglob("*.py")):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        h.update(f"{p.relative_to(root).as_posix()}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()[:16]
+
+
 class Cache:
     def __init__(self, directory: Path, fingerprint: str) -> None:
         self.directory = directory
-        self.path = directory / __version__ / f"{fingerprint}.json"
+        key = hashlib.sha256(f"{fingerprint}:{code_stamp()}".encode()).hexdigest()[:20]
+        self.path = directory / __version__ / f"{key}.json"
         self.entries: dict[str, dict] = {}
         self.dirty = False
+        self.hits = 0
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             if isinstance(data, dict):
@@ -36,12 +55,14 @@ class Cache:
 
     def get(self, key: str, sha: str) -> list[Diagnostic] | None:
         entry = self.entries.get(key)
-        if not entry or entry.get("sha") != sha:
+        if not isinstance(entry, dict) or entry.get("sha") != sha:
             return None
         try:
-            return [Diagnostic.from_dict(d) for d in entry["diagnostics"]]
-        except (KeyError, TypeError, ValueError):
+            out = [Diagnostic.from_dict(d) for d in entry["diagnostics"]]
+        except (KeyError, TypeError, ValueError, AttributeError):
             return None
+        self.hits += 1
+        return out
 
     def put(self, key: str, sha: str, diagnostics: list[Diagnostic]) -> None:
         self.entries[key] = {"sha": sha, "diagnostics": [d.to_dict() for d in diagnostics]}
@@ -59,10 +80,12 @@ class Cache:
                     "Signature: 8a477f597d28d172789f06886806bc55\n# perflint result cache\n", encoding="utf-8"
                 )
             atomic_write(str(self.path), json.dumps(self.entries, separators=(",", ":")).encode("utf-8"))
+            self.dirty = False
         except OSError:
             pass  # a read-only tree still gets its results, just not cached
 
 
 def cache_dir() -> Path:
+    """`$PERFLINT_CACHE_DIR`, else `.perflint_cache` in the current folder."""
     env = os.environ.get("PERFLINT_CACHE_DIR")
     return Path(env) if env else Path.cwd() / ".perflint_cache"

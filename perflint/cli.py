@@ -1,12 +1,15 @@
 """The `perflint` command: check, fix, rule, rules, verify.
 
-Exit status (as ruff): 0 nothing found, 1 findings (or, with `fix --diff`, a diff), 2 a
-usage error, a broken config, or a file that could not be read, parsed or fixed.
+Exit status (as ruff): 0 nothing found, 1 findings (or, with `--diff`, a diff), 2 a usage
+error, a broken config, or a file that could not be read, parsed or fixed (the other files
+are still checked and reported).
 """
 
 from __future__ import annotations
 
 import difflib
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,12 +20,13 @@ from perflint.config import ConfigError, Resolver, parse_version
 from perflint.report import FORMATS, display_path
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+PROGRESS_MIN_FILES = 50  # a progress bar for runs with at least this many files to analyse
 
 
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
 
 
 def _split_codes(values: tuple[str, ...]) -> list[str] | None:
@@ -48,18 +52,21 @@ def _validate(codes: list[str] | None, flag: str) -> list[str] | None:
 
 def selection_options(f):
     options = [
-        click.option("--select", multiple=True, help="Rule codes or prefixes to enable (comma-separated; ALL for every rule). Replaces the configured set."),
-        click.option("--extend-select", multiple=True, help="Rule codes or prefixes to enable on top of the configured set."),
-        click.option("--ignore", multiple=True, help="Rule codes or prefixes to disable."),
-        click.option("--target-torch", metavar="X.Y", help="The torch version the code must run on (default: from [tool.perflint], else the project's torch requirement, else 2.4)."),
+        click.option("--select", multiple=True, metavar="CODES",
+                     help="Rule codes or prefixes to enable, comma-separated (PF101, PF1, ALL). Replaces the "
+                          "configured set; the default set is the rules `perflint rules` marks as on by default."),
+        click.option("--extend-select", multiple=True, metavar="CODES", help="Rule codes or prefixes to enable on top of the configured set."),
+        click.option("--ignore", multiple=True, metavar="CODES", help="Rule codes or prefixes to disable."),
+        click.option("--target-torch", metavar="X.Y", help="The torch version the code must run on (default: [tool.perflint] "
+                     "target-torch, else the lower bound of the project's torch requirement, else 2.4)."),
         click.option("--config", "config_file", type=click.Path(dir_okay=False), help="A pyproject.toml (or a TOML file holding the [tool.perflint] keys) used for every file."),
-        click.option("--exclude", multiple=True, help="Glob patterns to exclude (replaces the defaults)."),
-        click.option("--extend-exclude", multiple=True, help="Glob patterns to exclude on top of the defaults."),
+        click.option("--exclude", multiple=True, metavar="GLOB", help="Glob patterns to exclude (replaces the defaults)."),
+        click.option("--extend-exclude", multiple=True, metavar="GLOB", help="Glob patterns to exclude on top of the defaults."),
         click.option("--no-respect-gitignore", is_flag=True, help="Check files that .gitignore excludes."),
-        click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too (for pre-commit)."),
+        click.option("--force-exclude", is_flag=True, help="Apply excludes and .gitignore to paths named on the command line too (for pre-commit)."),
         click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: one per CPU)."),
-        click.option("--no-cache", is_flag=True, help="Do not read or write the result cache."),
-        click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary."),
+        click.option("--no-cache", is_flag=True, help="Do not read or write the result cache (.perflint_cache)."),
+        click.option("-q", "--quiet", is_flag=True, help="Print findings only: no summary, no progress bar."),
     ]
     for opt in reversed(options):
         f = opt(f)
@@ -80,12 +87,12 @@ def _resolver(select, extend_select, ignore, target_torch, config_file, exclude,
         try:
             overrides["target_torch"] = parse_version(target_torch, "--target-torch")
         except ConfigError as exc:
-            raise click.UsageError(str(exc)) from None
+            raise click.BadParameter(str(exc).removeprefix("--target-torch: "), param_hint="--target-torch") from None
     return Resolver(overrides=overrides, config_file=Path(config_file) if config_file else None)
 
 
 def _progress_factory(quiet: bool):
-    """A rich progress bar on stderr for long runs on a terminal."""
+    """A rich progress bar on stderr for long runs, when stderr is a terminal."""
     if quiet or not sys.stderr.isatty():
         return None, None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -96,7 +103,7 @@ def _progress_factory(quiet: bool):
     )
 
     def factory(total: int):
-        if total < 50:
+        if total < PROGRESS_MIN_FILES:
             return None
         progress.start()
         task = progress.add_task("files", total=total)
@@ -105,10 +112,18 @@ def _progress_factory(quiet: bool):
     return progress, factory
 
 
+_ERROR_LABEL = {"syntax-error": "syntax error: ", "internal-error": "internal error: ", "config-error": "",
+                "decode-error": "", "io-error": "", "notebook-error": "", "fix-error": "not fixed: "}
+
+
 def _print_errors(errors) -> None:
+    """One line per problem on stderr: the path and the cause."""
+    from rich.markup import escape
+
     err = _console(stderr=True)
     for e in errors:
-        err.print(f"[bold red]error[/]: {display_path(e.path)}: {e.kind.value}: {e.message}", highlight=False, soft_wrap=True)
+        label = _ERROR_LABEL.get(e.kind.value, "")
+        err.print(f"[bold red]error[/]: {escape(display_path(e.path))}: {escape(label + e.message)}", highlight=False)
 
 
 def _source_lines(results) -> dict:
@@ -120,28 +135,42 @@ def _source_lines(results) -> dict:
         if not r.diagnostics:
             continue
         try:
-            src = read_source(r.path, r.fixed_bytes if r.fixed_bytes is not None else None)
+            src = read_source(r.path, r.fixed_bytes)
         except SourceError:
             continue
-        text_lines = src.text.splitlines()
+        if src.notebook is not None:
+            cells = {
+                span.index: _cell_source(src.notebook.data["cells"][span.index - 1]).split("\n")
+                for span in src.notebook.cells
+            }
+        else:
+            text_lines = src.text.splitlines()
         for d in r.diagnostics:
             row = d.location.row
-            if src.notebook is not None and d.cell is not None:
-                span = next((s for s in src.notebook.cells if s.index == d.cell), None)
-                if span is None:
-                    continue
-                row = span.first_row + row - 1
-            if 0 < row <= len(text_lines):
-                lines[(r.path, d.cell or 0, d.location.row)] = text_lines[row - 1]
+            if src.notebook is not None:
+                cell_lines = cells.get(d.cell or -1, [])
+                if 0 < row <= len(cell_lines):
+                    lines[(r.path, d.cell, row)] = cell_lines[row - 1]
+            elif 0 < row <= len(text_lines):
+                lines[(r.path, None, row)] = text_lines[row - 1]
     return lines
 
 
-def _render(results, output_format: str, unsafe: bool, statistics: bool, quiet: bool, fixed: int = 0, verb: str = "fix") -> None:
+def _cell_source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def _render(outcome, output_format: str, unsafe: bool, statistics: bool, quiet: bool, fixed: int = 0) -> None:
     from perflint.report import machine, text
 
+    results = outcome.results
     console = _console()
     if statistics:
-        text.statistics(console, results)
+        if output_format == "json":
+            click.echo(machine.statistics_json(results, unsafe))
+        else:
+            text.statistics(console, results, unsafe)
         return
     if output_format == "json":
         click.echo(machine.to_json(results))
@@ -154,11 +183,11 @@ def _render(results, output_format: str, unsafe: bool, statistics: bool, quiet: 
     elif output_format == "concise":
         text.concise(console, results, unsafe)
         if not quiet:
-            text.summary(console, results, unsafe, fixed, verb)
+            text.summary(console, results, unsafe, fixed, errors=len(outcome.all_errors))
     else:
         text.full(console, results, unsafe, _source_lines(results))
         if not quiet:
-            text.summary(console, results, unsafe, fixed, verb)
+            text.summary(console, results, unsafe, fixed, errors=len(outcome.all_errors))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -167,75 +196,48 @@ def main() -> None:
     """perflint: find and fix PyTorch training-performance anti-patterns."""
 
 
-@main.command()
-@click.argument("paths", nargs=-1, type=click.Path())
-@selection_options
-@click.option("--output-format", type=click.Choice(FORMATS), default="full", show_default=True)
-@click.option("--statistics", is_flag=True, help="Print a count of findings by rule instead of the findings.")
-@click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (errors still exit 2).")
-@click.option("--unsafe-fixes", is_flag=True, help="Show unsafe fixes as available.")
-def check(paths, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
-          no_respect_gitignore, force_exclude, jobs, no_cache, quiet, output_format, statistics, exit_zero, unsafe_fixes):
-    """Report anti-patterns in PATHS (default: the current folder)."""
-    from perflint import runner
-
-    resolver = _resolver(select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude, no_respect_gitignore)
-    progress, factory = _progress_factory(quiet or output_format in ("json", "sarif", "github"))
-    try:
-        outcome = runner.run(
-            list(paths) or ["."], resolver, with_edits=output_format == "json", use_cache=not no_cache,
-            jobs=jobs, force_exclude=force_exclude, progress=factory,
-        )
-    finally:
-        if progress is not None:
-            progress.stop()
-    _render(outcome.results, output_format, unsafe_fixes, statistics, quiet)
-    errors = outcome.all_errors
-    _print_errors(errors)
-    if errors:
-        sys.exit(EXIT_ERROR)
-    if any(r.diagnostics for r in outcome.results) and not exit_zero:
-        sys.exit(EXIT_FINDINGS)
-    sys.exit(EXIT_CLEAN)
-
-
-@main.command()
-@click.argument("paths", nargs=-1, type=click.Path())
-@selection_options
-@click.option("--unsafe-fixes", is_flag=True, default=None, help="Apply unsafe fixes too.")
-@click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing (exit 1 if there is a diff).")
-@click.option("--show-fixes", is_flag=True, help="List the fixes applied, by file and rule.")
-@click.option("--output-format", type=click.Choice(FORMATS), default="full", show_default=True)
-@click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2).")
-def fix(paths, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude, no_respect_gitignore,
-        force_exclude, jobs, no_cache, quiet, unsafe_fixes, diff, show_fixes, output_format, exit_zero):
-    """Apply safe fixes (and unsafe ones with --unsafe-fixes) to PATHS."""
+def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
+         no_respect_gitignore, force_exclude, jobs, no_cache, quiet, output_format, statistics=False,
+         exit_zero=False, fix=False, unsafe_fixes=None, diff=False, show_fixes=False):
+    """The body of `check` and `fix`: run, print, and exit with the right status."""
     from perflint import runner
 
     resolver = _resolver(select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
                          no_respect_gitignore, unsafe=unsafe_fixes)
-    progress, factory = _progress_factory(quiet or diff or output_format != "full")
+    progress, factory = _progress_factory(quiet or (output_format != "full" and output_format != "concise"))
     try:
-        outcome = runner.run(list(paths) or ["."], resolver, fix=True, diff=diff, jobs=jobs,
-                             force_exclude=force_exclude, progress=factory, with_edits=output_format == "json")
+        outcome = runner.run(
+            list(paths) or ["."], resolver, fix=fix, diff=diff, with_edits=output_format == "json",
+            use_cache=not no_cache, jobs=jobs, force_exclude=force_exclude, progress=factory,
+        )
+    except Exception as exc:  # noqa: BLE001 - a bug: one line, not a traceback
+        if progress is not None:
+            progress.stop()
+        if os.environ.get("PERFLINT_DEBUG"):
+            raise
+        from perflint.engine import BUG_HINT
+
+        click.echo(f"error: internal error: {type(exc).__name__}: {exc}; {BUG_HINT} "
+                   "(set PERFLINT_DEBUG=1 for the traceback)", err=True)
+        sys.exit(EXIT_ERROR)
     finally:
         if progress is not None:
             progress.stop()
+    errors = outcome.all_errors
+    _print_errors(errors)
+    unsafe = bool(unsafe_fixes) if unsafe_fixes is not None else outcome.unsafe_any
     changed = [r for r in outcome.results if r.fixed_bytes is not None]
     fixed = sum(sum(r.fixes_applied.values()) for r in changed)
     if diff:
         for r in changed:
             click.echo(_unified_diff(r), nl=False)
-    elif show_fixes and changed:
-        console = _console()
-        for r in changed:
-            for code, n in sorted(r.fixes_applied.items()):
-                console.print(f"{display_path(r.path)}: fixed {n} × {code}", highlight=False)
-    unsafe_shown = bool(unsafe_fixes)
-    if not diff:
-        _render(outcome.results, output_format, unsafe_shown, False, quiet, fixed=fixed)
-    errors = outcome.all_errors
-    _print_errors(errors)
+        if not quiet:
+            n = fixed
+            click.echo(f"Would fix {n} finding{'s' if n != 1 else ''}." if n else "No fixes available.", err=True)
+    else:
+        if show_fixes and fix:
+            _show_fixes(changed)
+        _render(outcome, output_format, unsafe, statistics, quiet, fixed=fixed if fix else 0)
     if errors:
         sys.exit(EXIT_ERROR)
     if diff:
@@ -245,19 +247,102 @@ def fix(paths, select, extend_select, ignore, target_torch, config_file, exclude
     sys.exit(EXIT_CLEAN)
 
 
+def _show_fixes(changed) -> None:
+    from rich.markup import escape
+
+    from perflint.rules import all_rules
+
+    console = _console()
+    registry = all_rules()
+    total = sum(sum(r.fixes_applied.values()) for r in changed)
+    if not total:
+        console.print("No findings fixed.")
+        return
+    console.print(f"Fixed {total} finding{'s' if total != 1 else ''}:")
+    for r in changed:
+        console.print(f"- {escape(display_path(r.path))}:")
+        for code, n in sorted(r.fixes_applied.items()):
+            name = registry[code].name if code in registry else ""
+            console.print(f"    {n} × {code} ({name})")
+    console.print()
+
+
+output_format_option = click.option(
+    "--output-format", type=click.Choice(FORMATS), default="full", show_default=True,
+    help="full: source line and caret; concise: one line each; json: ruff-compatible objects; "
+         "sarif: SARIF 2.1.0 for code scanning; github: workflow annotations.",
+)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path())
+@selection_options
+@output_format_option
+@click.option("--statistics", is_flag=True, help="Print a count of findings by rule instead of the findings.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (errors still exit 2).")
+@click.option("--fix", is_flag=True, help="Apply fixes, as `perflint fix` does.")
+@click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Treat unsafe fixes as available (and apply them with --fix).")
+@click.option("--diff", is_flag=True, help="With --fix (implied): print a unified diff of the fixes and write nothing.")
+@click.option("--show-fixes", is_flag=True, help="With --fix: list the fixes applied, by file and rule.")
+def check(paths, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
+          no_respect_gitignore, force_exclude, jobs, no_cache, quiet, output_format, statistics, exit_zero,
+          fix, unsafe_fixes, diff, show_fixes):
+    """Report anti-patterns in PATHS (default: the current folder).
+
+    Finds .py files and Jupyter notebooks, honouring .gitignore and the configured
+    excludes; files named explicitly are always checked (unless --force-exclude).
+    """
+    _run(paths, select=select, extend_select=extend_select, ignore=ignore, target_torch=target_torch,
+         config_file=config_file, exclude=exclude, extend_exclude=extend_exclude,
+         no_respect_gitignore=no_respect_gitignore, force_exclude=force_exclude, jobs=jobs, no_cache=no_cache,
+         quiet=quiet, output_format=output_format, statistics=statistics, exit_zero=exit_zero,
+         fix=fix or diff, unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path())
+@selection_options
+@click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Apply unsafe fixes too (default: [tool.perflint] unsafe-fixes).")
+@click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing (exit 1 if there is a diff).")
+@click.option("--show-fixes", is_flag=True, help="List the fixes applied, by file and rule.")
+@output_format_option
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2).")
+def fix(paths, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude, no_respect_gitignore,
+        force_exclude, jobs, no_cache, quiet, unsafe_fixes, diff, show_fixes, output_format, exit_zero):
+    """Apply safe fixes (and unsafe ones with --unsafe-fixes) to PATHS, then report what is left.
+
+    A fixed file is written only if it still parses, through a temporary file renamed over
+    the original; its encoding, BOM and line endings are kept.  Notebooks get their code
+    cells rewritten and nothing else.
+    """
+    _run(paths, select=select, extend_select=extend_select, ignore=ignore, target_torch=target_torch,
+         config_file=config_file, exclude=exclude, extend_exclude=extend_exclude,
+         no_respect_gitignore=no_respect_gitignore, force_exclude=force_exclude, jobs=jobs, no_cache=no_cache,
+         quiet=quiet, output_format=output_format, exit_zero=exit_zero, fix=True, unsafe_fixes=unsafe_fixes,
+         diff=diff, show_fixes=show_fixes)
+
+
 def _unified_diff(r) -> str:
     from perflint.source import read_source
 
     before = read_source(r.path, r.original_bytes)
     after = read_source(r.path, r.fixed_bytes)
-    if before.notebook is not None:
-        a, b = before.raw.decode("utf-8", "replace"), after.raw.decode("utf-8", "replace")
-    else:
-        a, b = before.text, after.text
-    return "".join(
-        difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
-                             fromfile=display_path(r.path), tofile=display_path(r.path))
-    )
+    name = display_path(r.path)
+    if before.notebook is None or after.notebook is None:
+        return "".join(
+            difflib.unified_diff(before.text.splitlines(keepends=True), after.text.splitlines(keepends=True),
+                                 fromfile=name, tofile=name)
+        )
+    out = []
+    old_cells, new_cells = before.notebook.data["cells"], after.notebook.data["cells"]
+    for i, (a, b) in enumerate(zip(old_cells, new_cells), start=1):
+        a_src, b_src = _cell_source(a), _cell_source(b)
+        if a_src == b_src:
+            continue
+        a_lines = [line + "\n" for line in a_src.split("\n")]
+        b_lines = [line + "\n" for line in b_src.split("\n")]
+        out.extend(difflib.unified_diff(a_lines, b_lines, fromfile=f"{name}:cell {i}", tofile=f"{name}:cell {i}"))
+    return "".join(out)
 
 
 @main.command()
@@ -266,8 +351,6 @@ def _unified_diff(r) -> str:
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def rule(code, show_all, output_format):
     """Explain a rule (its documentation), or every rule with --all."""
-    import json
-
     from perflint.rules import all_rules
 
     registry = all_rules()
@@ -276,19 +359,25 @@ def rule(code, show_all, output_format):
     elif code:
         key = code.strip().upper()
         if key not in registry:
-            raise click.UsageError(f"unknown rule code `{code}`; `perflint rules` lists them")
+            raise click.BadParameter(f"unknown rule code `{code}`; `perflint rules` lists them", param_hint="CODE")
         chosen = [registry[key]]
     else:
         raise click.UsageError("give a rule code, or --all")
     if output_format == "json":
-        click.echo(json.dumps([_rule_json(r) for r in chosen], indent=2))
+        data = [_rule_json(r) for r in chosen]
+        click.echo(json.dumps(data if show_all else data[0], indent=2))
         return
     from rich.markdown import Markdown
 
     console = _console()
     for r in chosen:
-        console.print(Markdown(f"# {r.code} {r.name}\n\nFix: **{r.fix_class}** · severity: {r.severity.value} · "
-                               f"{'on' if r.default else 'off'} by default · {_versions(r)}\n\n{r.doc()}"))
+        console.print(Markdown(_rule_markdown(r)))
+        console.print()
+
+
+def _rule_markdown(r) -> str:
+    return (f"# {r.code} ({r.name})\n\n*{r.summary}*\n\nFix: **{r.fix_class}** · severity: {r.severity.value} · "
+            f"{'on' if r.default else 'off'} by default · {_versions(r)}\n\n{r.doc()}")
 
 
 def _versions(r) -> str:
@@ -321,8 +410,6 @@ def _rule_json(r) -> dict:
 @click.option("--output-format", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def rules(output_format):
     """List every rule: code, name, fix class, whether it is on by default."""
-    import json
-
     from perflint.rules import all_rules
 
     registry = all_rules()
@@ -332,11 +419,15 @@ def rules(output_format):
     from rich.table import Table
 
     table = Table(title="perflint rules")
-    for col in ("code", "name", "fix", "default", "severity", "applies to"):
-        table.add_column(col)
+    for col, kw in (("code", {"no_wrap": True}), ("name", {"no_wrap": True}), ("fix", {}), ("default", {}),
+                    ("severity", {}), ("applies to", {})):
+        table.add_column(col, **kw)
     for r in registry.values():
-        table.add_row(r.code, r.name, r.fix_class, "yes" if r.default else "no", r.severity.value, _versions(r))
-    _console().print(table)
+        table.add_row(r.code, r.name, r.fix_class, "on" if r.default else "off", r.severity.value, _versions(r))
+    console = _console()
+    if not console.is_terminal:
+        console.width = max(console.width, 160)  # piped: never truncate a name
+    console.print(table)
 
 
 @main.command(context_settings={"ignore_unknown_options": False})
@@ -344,7 +435,7 @@ def rules(output_format):
 @click.option("--fixed", type=click.Path(exists=True, dir_okay=False), help="The optimised script (default: perflint's own fix of SCRIPT).")
 @click.option("--unsafe-fixes", is_flag=True, help="Produce the fixed script with unsafe fixes too.")
 @click.option("--steps", type=click.IntRange(min=1), default=30, show_default=True, help="Measured optimizer steps per run.")
-@click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True, help="Optimizer steps discarded before measuring.")
+@click.option("--warmup", type=click.IntRange(min=1), default=5, show_default=True, help="Optimizer steps discarded before measuring (at least 1: the first step's time includes start-up).")
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Runs of each script, alternated A B A B ….")
 @click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds one run may take.")
 @click.option("--loss-tolerance", type=float, default=0.05, show_default=True, help="Largest relative loss difference accepted.")

@@ -1,14 +1,18 @@
 """`[tool.perflint]` in pyproject.toml, command-line overrides, and the target torch version.
 
 Each checked file uses the nearest `pyproject.toml` above it that has a `[tool.perflint]`
-table (or `--config FILE` for all).  Keys use ruff's spelling:
+table (as ruff does with `[tool.ruff]`), or `--config FILE` for all.  Keys use ruff's
+spelling:
 
     select, extend-select, ignore, per-file-ignores, exclude, extend-exclude,
     target-torch, unsafe-fixes, respect-gitignore, fixable, unfixable
 
-The target torch version is `target-torch` if set, else the lower bound of the project's
-declared torch requirement (pyproject dependencies, then requirements*.txt), else 2.4.  It is
-never the installed torch.
+The target torch version is `--target-torch`, else `target-torch` in the configuration,
+else the lower bound of the project's declared torch requirement (the nearest
+pyproject.toml's dependencies, optional dependencies and dependency groups, then
+requirements*.txt beside it), else 2.4.  It is never the installed torch.
+
+A broken configuration raises `ConfigError` with one line that names the file and the key.
 """
 
 from __future__ import annotations
@@ -28,23 +32,31 @@ DEFAULT_EXCLUDE = (
     ".venv", "__pypackages__", "_build", "buck-out", "build", "dist", "node_modules", "site-packages",
     "venv",
 )
-KNOWN_KEYS = {
-    "select": list,
-    "extend-select": list,
-    "ignore": list,
-    "per-file-ignores": dict,
-    "exclude": list,
-    "extend-exclude": list,
-    "target-torch": str,
-    "unsafe-fixes": bool,
-    "respect-gitignore": bool,
-    "fixable": list,
-    "unfixable": list,
+# key → (python type, how the type is named in an error message)
+KNOWN_KEYS: dict[str, tuple[type, str]] = {
+    "select": (list, "a list of rule codes"),
+    "extend-select": (list, "a list of rule codes"),
+    "ignore": (list, "a list of rule codes"),
+    "per-file-ignores": (dict, "a table of glob = [rule codes]"),
+    "exclude": (list, "a list of glob patterns"),
+    "extend-exclude": (list, "a list of glob patterns"),
+    "target-torch": (str, 'a version string such as "2.4"'),
+    "unsafe-fixes": (bool, "true or false"),
+    "respect-gitignore": (bool, "true or false"),
+    "fixable": (list, "a list of rule codes"),
+    "unfixable": (list, "a list of rule codes"),
 }
+_CODE_KEYS = ("select", "extend-select", "ignore", "fixable", "unfixable")
+_TOML_TYPE = {str: "a string", bool: "a boolean", int: "an integer", float: "a float", list: "an array",
+              dict: "a table"}
 
 
 class ConfigError(Exception):
     """A broken configuration: one line, naming the file and the key."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,11 @@ class Settings:
     select: tuple[str, ...] | None = None  # None: the default set
     extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
+    # The command line's --select/--extend-select/--ignore: a second layer resolved on top
+    # of the configuration's, as in ruff (a --select on the command line starts afresh).
+    cli_select: tuple[str, ...] | None = None
+    cli_extend_select: tuple[str, ...] = ()
+    cli_ignore: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     extend_exclude: tuple[str, ...] = ()
@@ -68,78 +85,99 @@ class Settings:
         return self.target_torch or DEFAULT_TARGET
 
 
-def parse_version(text: str, where: str) -> tuple[int, int]:
+def parse_version(text: object, where: str) -> tuple[int, int]:
     m = re.fullmatch(r"\s*(\d+)\.(\d+)(?:\.\d+)?\s*", str(text))
     if not m:
-        raise ConfigError(f"{where}: target-torch must look like \"2.4\", got {text!r}")
+        raise ConfigError(f"{where}: must be a torch version such as \"2.4\", got {text!r}")
     return int(m.group(1)), int(m.group(2))
 
 
-def _check_codes(codes: list, where: str, key: str) -> tuple[str, ...]:
+def _type_name(value: object) -> str:
+    return _TOML_TYPE.get(type(value), type(value).__name__)
+
+
+def _check_codes(codes: list, where: str, label: str) -> tuple[str, ...]:
+    """`label` names the key in messages, e.g. "`select`"."""
     from perflint.selection import validate_selector
 
     out = []
     for c in codes:
         if not isinstance(c, str):
-            raise ConfigError(f"{where}: `{key}` must be a list of rule codes, got {c!r}")
+            raise ConfigError(f"{where}: {label} must be a list of rule codes, got an item that is {_type_name(c)}: {c!r}")
         err = validate_selector(c)
         if err:
-            raise ConfigError(f"{where}: `{key}`: {err}")
+            raise ConfigError(f"{where}: {label}: {err}")
         out.append(c.strip().upper())
     return tuple(out)
 
 
-def load_pyproject(path: Path) -> dict:
+def load_toml(path: Path) -> dict:
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise ConfigError(f"{path}: invalid TOML: {exc}", str(path)) from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8: {exc.reason}") from None
+        raise ConfigError(f"{path}: not UTF-8: {exc.reason}", str(path)) from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a TOML file", str(path)) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}", str(path)) from None
+
+
+load_pyproject = load_toml  # the older name
 
 
 def settings_from_table(table: object, where: str, root: Path) -> Settings:
+    """Settings from a `[tool.perflint]` table; `where` names the file in error messages."""
     if not isinstance(table, dict):
-        raise ConfigError(f"{where}: [tool.perflint] must be a table")
+        raise ConfigError(f"{where}: [tool.perflint] must be a table, got {_type_name(table)}", where)
     kwargs: dict = {"root": str(root), "config_file": where}
     for key, value in table.items():
-        if key not in KNOWN_KEYS:
-            hint = _close(key)
-            raise ConfigError(f"{where}: unknown key `{key}` in [tool.perflint]{hint}")
-        want = KNOWN_KEYS[key]
-        if key == "target-torch" and isinstance(value, (int, float)):
-            value = str(value)
-        if not isinstance(value, want):
-            raise ConfigError(f"{where}: `{key}` must be a {want.__name__}, got {type(value).__name__}")
-        attr = key.replace("-", "_")
-        if key in ("select", "extend-select", "ignore", "fixable", "unfixable"):
-            kwargs[attr] = _check_codes(value, where, key)
-        elif key in ("exclude", "extend-exclude"):
-            if not all(isinstance(v, str) for v in value):
-                raise ConfigError(f"{where}: `{key}` must be a list of strings")
-            kwargs[attr] = tuple(value)
-        elif key == "per-file-ignores":
-            pfi = []
-            for pattern, codes in value.items():
-                if not isinstance(codes, list):
-                    raise ConfigError(f"{where}: `per-file-ignores` for {pattern!r} must be a list of codes")
-                pfi.append((pattern, _check_codes(codes, where, f"per-file-ignores.{pattern}")))
-            kwargs[attr] = tuple(pfi)
-        elif key == "target-torch":
-            kwargs["target_torch"] = parse_version(value, f"{where}: `target-torch`")
-            kwargs["target_source"] = f"{where} [tool.perflint] target-torch"
-        else:
-            kwargs[attr] = value
+        try:
+            _one_key(kwargs, key, value, where)
+        except ConfigError as exc:
+            exc.path = where
+            raise
     return Settings(**kwargs)
+
+
+def _one_key(kwargs: dict, key: str, value: object, where: str) -> None:
+    if key not in KNOWN_KEYS:
+        raise ConfigError(f"{where}: unknown key `{key}` in [tool.perflint]{_close(key)}")
+    want, described = KNOWN_KEYS[key]
+    if key == "target-torch" and isinstance(value, float):
+        raise ConfigError(f"{where}: `target-torch` must be a string such as \"2.4\" (a TOML float like "
+                          f"{value!r} loses digits: 2.10 reads as 2.1), got {value!r}")
+    if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
+        raise ConfigError(f"{where}: `{key}` must be {described}, got {_type_name(value)}: {value!r}")
+    attr = key.replace("-", "_")
+    if key in _CODE_KEYS:
+        kwargs[attr] = _check_codes(value, where, f"`{key}`")  # type: ignore[arg-type]
+    elif key in ("exclude", "extend-exclude"):
+        for v in value:  # type: ignore[union-attr]
+            if not isinstance(v, str):
+                raise ConfigError(f"{where}: `{key}` must be {described}, got an item that is {_type_name(v)}: {v!r}")
+        kwargs[attr] = tuple(value)  # type: ignore[arg-type]
+    elif key == "per-file-ignores":
+        pfi = []
+        for pattern, codes in value.items():  # type: ignore[union-attr]
+            if not isinstance(codes, list):
+                raise ConfigError(f"{where}: `per-file-ignores` entry {pattern!r} must be a list of rule codes, "
+                                  f"got {_type_name(codes)}: {codes!r}")
+            pfi.append((pattern, _check_codes(codes, where, f"`per-file-ignores` entry {pattern!r}")))
+        kwargs[attr] = tuple(pfi)
+    elif key == "target-torch":
+        kwargs["target_torch"] = parse_version(value, f"{where}: `target-torch`")
+        kwargs["target_source"] = f"{where} [tool.perflint] target-torch"
+    else:
+        kwargs[attr] = value
 
 
 def _close(key: str) -> str:
     import difflib
 
-    m = difflib.get_close_matches(key, list(KNOWN_KEYS), n=1)
+    m = difflib.get_close_matches(key.replace("_", "-"), list(KNOWN_KEYS), n=1)
     return f" (did you mean `{m[0]}`?)" if m else ""
 
 
@@ -147,64 +185,145 @@ def _close(key: str) -> str:
 # Torch requirement → target version
 # ----------------------------------------------------------------------------------------
 
+_OPTION = re.compile(r"\s(?:--?[A-Za-z])")  # start of ` --hash=…`, ` -e` … after a requirement
+
+
+def _logical_lines(lines: list[str]) -> list[str]:
+    """Join backslash continuations and drop comments, as pip reads a requirements file."""
+    out: list[str] = []
+    buf = ""
+    for line in lines:
+        line = re.sub(r"(^|\s)#.*$", "", line)
+        if line.rstrip().endswith("\\"):
+            buf += line.rstrip()[:-1] + " "
+            continue
+        out.append((buf + line).strip())
+        buf = ""
+    if buf:
+        out.append(buf.strip())
+    return [line for line in out if line]
+
+
+def _lower_bound(req: Requirement) -> tuple[int, int] | None:
+    lower = None
+    for spec in req.specifier:
+        if spec.operator not in (">=", "==", "~=", "===", ">"):
+            continue
+        text = spec.version
+        if text.endswith(".*"):
+            text = text[:-2]
+        try:
+            v = Version(text)
+        except InvalidVersion:
+            continue
+        cand = (v.major, v.minor)
+        lower = cand if lower is None else max(lower, cand)
+    return lower
+
 
 def torch_lower_bound(requirements: list[str]) -> tuple[int, int] | None:
-    """The smallest torch version a list of PEP 508 requirement strings allows, if bounded."""
+    """The smallest torch version that a list of PEP 508 requirement strings (or the lines
+    of a requirements file) allows, if the torch requirements are bounded below.
+
+    Several torch requirements (for other markers or extras) give the lowest of their
+    bounds; requirements with no lower bound (`torch`, `torch<3`) are not counted.
+    """
     best: tuple[int, int] | None = None
-    for line in requirements:
-        line = line.split("#", 1)[0].strip()
-        if not line or line.startswith("-"):
+    for line in _logical_lines(requirements):
+        if line.startswith("-"):
             continue
+        line = _OPTION.split(line, 1)[0].strip()
         try:
             req = Requirement(line)
         except InvalidRequirement:
             continue
         if req.name.lower() != "torch":
             continue
-        lower = None
-        for spec in req.specifier:
-            if spec.operator in (">=", "==", "~=", "===", ">"):
-                try:
-                    v = Version(spec.version.rstrip(".*"))
-                except InvalidVersion:
-                    continue
-                cand = (v.major, v.minor)
-                lower = cand if lower is None else max(lower, cand)
+        lower = _lower_bound(req)
         if lower is not None:
             best = lower if best is None else min(best, lower)
     return best
 
 
+def _poetry_spec(spec: object) -> str | None:
+    if isinstance(spec, dict):
+        spec = spec.get("version", "")
+    if isinstance(spec, list):  # multiple constraints: the lowest bound wins
+        parts = [p for p in (_poetry_spec(s) for s in spec) if p]
+        return parts[0] if parts else None
+    if not isinstance(spec, str):
+        return None
+    spec = spec.strip()
+    if not spec or spec == "*":
+        return ""
+    if spec.startswith("^"):
+        return ">=" + spec[1:].strip()
+    if spec.startswith("~") and not spec.startswith("~="):
+        return ">=" + spec[1:].strip()
+    if spec[0].isdigit():
+        return "==" + spec
+    return spec
+
+
 def _pyproject_requirements(data: dict) -> list[str]:
-    reqs = list(data.get("project", {}).get("dependencies", []) or [])
-    for extra in (data.get("project", {}).get("optional-dependencies", {}) or {}).values():
-        reqs.extend(extra or [])
-    poetry = data.get("tool", {}).get("poetry", {}).get("dependencies", {}) or {}
-    if "torch" in poetry:
-        spec = poetry["torch"]
-        if isinstance(spec, dict):
-            spec = spec.get("version", "")
-        if isinstance(spec, str):
-            spec = spec.strip()
-            if spec.startswith("^"):
-                spec = ">=" + spec[1:]
-            elif spec and spec[0].isdigit():
-                spec = "==" + spec
-            reqs.append(f"torch{spec}")
+    project = data.get("project") if isinstance(data.get("project"), dict) else {}
+    reqs: list = list(project.get("dependencies", []) or [])
+    extras = project.get("optional-dependencies", {}) or {}
+    if isinstance(extras, dict):
+        for extra in extras.values():
+            if isinstance(extra, list):
+                reqs.extend(extra)
+    groups = data.get("dependency-groups", {}) or {}
+    if isinstance(groups, dict):
+        for group in groups.values():
+            if isinstance(group, list):
+                reqs.extend(r for r in group if isinstance(r, str))
+    tool = data.get("tool") if isinstance(data.get("tool"), dict) else {}
+    poetry = tool.get("poetry", {}) if isinstance(tool.get("poetry"), dict) else {}
+    tables = [poetry.get("dependencies", {})]
+    for group in (poetry.get("group", {}) or {}).values() if isinstance(poetry.get("group"), dict) else ():
+        if isinstance(group, dict):
+            tables.append(group.get("dependencies", {}))
+    for table in tables:
+        if isinstance(table, dict) and "torch" in table:
+            spec = _poetry_spec(table["torch"])
+            if spec is not None:
+                reqs.append(f"torch{spec}")
     return [r for r in reqs if isinstance(r, str)]
 
 
+def _requirement_files(project_dir: Path) -> list[Path]:
+    files = sorted(project_dir.glob("requirements*.txt"))
+    sub = project_dir / "requirements"
+    if sub.is_dir():
+        files += sorted(sub.glob("*.txt"))
+    return [f for f in files if f.is_file()]
+
+
+def _read_requirements(path: Path, depth: int = 0) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        m = re.match(r"\s*(?:-r|--requirement|-c|--constraint)[\s=]+(\S+)", line)
+        if m:
+            if depth < 5:
+                out.extend(_read_requirements(path.parent / m.group(1), depth + 1))
+            continue
+        out.append(line)
+    return out
+
+
 def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int] | None, str]:
+    """The lower bound of a project's torch requirement: pyproject.toml, then requirements files."""
     if data is not None:
         found = torch_lower_bound(_pyproject_requirements(data))
         if found is not None:
             return found, f"{project_dir / 'pyproject.toml'} torch requirement"
-    for req_file in sorted(project_dir.glob("requirements*.txt")):
-        try:
-            lines = req_file.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        found = torch_lower_bound(lines)
+    for req_file in _requirement_files(project_dir):
+        found = torch_lower_bound(_read_requirements(req_file))
         if found is not None:
             return found, f"{req_file} torch requirement"
     return None, "default"
@@ -217,70 +336,129 @@ def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int]
 
 @dataclass
 class Resolver:
-    """Finds and caches the settings for each directory; applies CLI overrides."""
+    """Finds and caches the settings for each directory; applies command-line overrides.
+
+    `for_path` raises ConfigError (every time, for every file under it) when the
+    configuration that governs the path is broken; callers report it once.
+    """
 
     overrides: dict = field(default_factory=dict)
     config_file: Path | None = None
     _cache: dict = field(default_factory=dict)
+    _toml: dict = field(default_factory=dict)
+    _targets: dict = field(default_factory=dict)
+
+    def _detect(self, project_dir: Path, data: dict | None) -> tuple[tuple[int, int] | None, str]:
+        key = (project_dir, data is not None)
+        if key not in self._targets:
+            self._targets[key] = detect_target(project_dir, data)
+        return self._targets[key]
 
     def for_path(self, path: Path) -> Settings:
-        directory = path if path.is_dir() else path.parent
-        return self._for_dir(directory.resolve())
+        p = Path(path)
+        try:
+            directory = p if p.is_dir() else p.parent
+        except OSError:
+            directory = p.parent
+        return self._for_dir(directory.absolute())
 
     def _for_dir(self, directory: Path) -> Settings:
-        if directory in self._cache:
-            return self._cache[directory]
-        if self.config_file is not None:
-            settings = self._explicit()
-        else:
-            settings = self._discover(directory)
-        settings = self._apply_overrides(settings)
-        self._cache[directory] = settings
-        return settings
+        hit = self._cache.get(directory)
+        if hit is None:
+            try:
+                real = directory.resolve()
+            except (OSError, RuntimeError):
+                real = directory
+            hit = self._cache.get(real)
+            if hit is None:
+                try:
+                    settings = self._explicit() if self.config_file is not None else self._discover(real)
+                    hit = self._apply_overrides(settings)
+                except ConfigError as exc:
+                    hit = exc
+                except OSError as exc:  # a folder above that cannot be searched
+                    where = exc.filename or str(real)
+                    hit = ConfigError(f"{where}: cannot look for pyproject.toml: {exc.strerror or exc}", str(where))
+                self._cache[real] = hit
+            self._cache[directory] = hit
+        if isinstance(hit, ConfigError):
+            raise hit
+        return hit
+
+    def _load(self, path: Path) -> dict:
+        hit = self._toml.get(path)
+        if hit is None:
+            try:
+                hit = load_toml(path)
+            except ConfigError as exc:
+                hit = exc
+            self._toml[path] = hit
+        if isinstance(hit, ConfigError):
+            raise hit
+        return hit
 
     def _explicit(self) -> Settings:
-        if "__explicit__" in self._cache:
-            return self._cache["__explicit__"]
         path = self.config_file
         assert path is not None
         if not path.exists():
-            raise ConfigError(f"{path}: config file not found")
-        data = load_pyproject(path)
-        table = data.get("tool", {}).get("perflint", {}) if path.name == "pyproject.toml" else data
+            raise ConfigError(f"{path}: config file not found", str(path))
+        data = self._load(path)
+        tool = data.get("tool") if isinstance(data.get("tool"), dict) else None
+        if path.name == "pyproject.toml" or (tool is not None and "perflint" in tool):
+            table = (tool or {}).get("perflint", {})
+        else:
+            table = data  # a perflint.toml-style file: the keys at the top level
         s = settings_from_table(table, str(path), path.parent.resolve())
         if s.target_torch is None:
             t, src = detect_target(path.parent, data if path.name == "pyproject.toml" else None)
             s = replace(s, target_torch=t, target_source=src)
-        self._cache["__explicit__"] = s
         return s
 
+    def _find(self, directory: Path) -> tuple[tuple[Path, dict] | None, tuple[Path, dict] | None]:
+        """(the nearest folder with a [tool.perflint] table and its pyproject data, the
+        nearest folder with any pyproject.toml and its data), memoised per folder."""
+        memo = self._cache.setdefault("__find__", {})
+        if directory in memo:
+            return memo[directory]
+        candidate = directory / "pyproject.toml"
+        data = self._load(candidate) if candidate.is_file() else None
+        if directory.parent == directory:
+            config, project = None, None
+        else:
+            config, project = self._find(directory.parent)
+        if data is not None:
+            project = (directory, data)
+            tool = data.get("tool")
+            if isinstance(tool, dict) and tool.get("perflint") is not None:
+                config = (directory, data)
+        memo[directory] = (config, project)
+        return config, project
+
     def _discover(self, directory: Path) -> Settings:
-        cur = directory
-        first_project: tuple[Path, dict] | None = None
-        while True:
-            candidate = cur / "pyproject.toml"
-            if candidate.is_file():
-                data = load_pyproject(candidate)
-                if first_project is None:
-                    first_project = (cur, data)
-                table = data.get("tool", {}).get("perflint")
-                if table is not None:
-                    s = settings_from_table(table, str(candidate), cur)
-                    if s.target_torch is None:
-                        t, src = detect_target(cur, data)
-                        s = replace(s, target_torch=t, target_source=src)
-                    return s
-            if cur.parent == cur:
-                break
-            cur = cur.parent
+        config, project = self._find(directory)
+        if config is not None:
+            cdir, cdata = config
+            key = ("__settings__", cdir, project[0] if project else None)
+            if key in self._cache:
+                return self._cache[key]
+            where = str(cdir / "pyproject.toml")
+            s = settings_from_table(cdata["tool"]["perflint"], where, cdir)
+            if s.target_torch is None:
+                # The nearest project's torch requirement, else the configuration's own.
+                t, src = self._detect(*project) if project is not None else (None, "default")
+                if t is None and project is not None and project[0] != cdir:
+                    t, src = self._detect(cdir, cdata)
+                s = replace(s, target_torch=t, target_source=src)
+            self._cache[key] = s
+            return s
         # No [tool.perflint]: defaults, with the target from the nearest project.
-        if first_project is not None:
-            root, data = first_project
-            t, src = detect_target(root, data)
+        if project is not None:
+            root, data = project
+            t, src = self._detect(root, data)
             return Settings(root=str(root), target_torch=t, target_source=src)
         cur = directory
         while True:
-            t, src = detect_target(cur, None)
+            t, src = self._detect(cur, None)
             if t is not None:
                 return Settings(root=str(cur), target_torch=t, target_source=src)
             if cur.parent == cur:
@@ -292,12 +470,11 @@ class Resolver:
         o = self.overrides
         changes: dict = {}
         if o.get("select") is not None:
-            changes["select"] = tuple(o["select"])
-            changes["extend_select"] = ()
+            changes["cli_select"] = tuple(o["select"])
         if o.get("extend_select"):
-            changes["extend_select"] = tuple(changes.get("extend_select", s.extend_select)) + tuple(o["extend_select"])
+            changes["cli_extend_select"] = tuple(o["extend_select"])
         if o.get("ignore"):
-            changes["ignore"] = tuple(s.ignore) + tuple(o["ignore"])
+            changes["cli_ignore"] = tuple(o["ignore"])
         if o.get("target_torch") is not None:
             changes["target_torch"] = o["target_torch"]
             changes["target_source"] = "--target-torch"

@@ -1,6 +1,8 @@
 """A whole run: discover files, consult the cache, lint or fix in parallel, write fixes.
 
-This is library code (it prints nothing); `perflint.cli` renders what it returns.
+This is library code (it prints nothing); `perflint.cli` renders what it returns.  Results
+come back in the order of the discovered paths whatever the number of workers, so output is
+the same from run to run.
 """
 
 from __future__ import annotations
@@ -14,18 +16,21 @@ from perflint.cache import Cache, cache_dir, digest
 from perflint.config import Resolver, Settings
 from perflint.diagnostics import ErrorKind, FileError, FileResult
 from perflint.discovery import discover
-from perflint.engine import Job, LintOptions, run_jobs
-from perflint.selection import fixable_codes, ignored_for_path, selected_codes
-from perflint.source import atomic_write
+from perflint.engine import Job, LintOptions, default_workers, run_jobs
+from perflint.selection import fixable_codes, ignored_for_path, selected_codes, write_snapshot
+from perflint.source import SourceError, atomic_write, read_bytes
+
+ProgressFactory = Callable[[int], "Callable[[FileResult], None] | None"]
 
 
 @dataclass
 class RunOutcome:
     results: list[FileResult] = field(default_factory=list)
-    errors: list[FileError] = field(default_factory=list)
+    errors: list[FileError] = field(default_factory=list)  # not tied to one checked file
     files: int = 0
     cached: int = 0
     skipped: int = 0
+    unsafe_any: bool = False  # a configuration that governs a checked file has unsafe-fixes = true
 
     @property
     def all_errors(self) -> list[FileError]:
@@ -35,13 +40,22 @@ class RunOutcome:
         return errs
 
 
-def options_for(path: Path, settings: Settings, with_edits: bool) -> LintOptions:
-    codes = set(selected_codes(settings))
-    try:
-        rel = path.resolve().relative_to(Path(settings.root)).as_posix()
-    except ValueError:
-        rel = path.as_posix()
-    codes -= ignored_for_path(settings, rel)
+def options_for(path: Path, settings: Settings, with_edits: bool, memo: dict | None = None) -> LintOptions:
+    if memo is not None:
+        if settings not in memo:
+            memo[settings] = selected_codes(settings)
+        codes = set(memo[settings])
+    else:
+        codes = set(selected_codes(settings))
+    if settings.per_file_ignores:
+        try:
+            rel = path.absolute().relative_to(Path(settings.root)).as_posix()
+        except ValueError:
+            try:
+                rel = path.resolve().relative_to(Path(settings.root)).as_posix()
+            except (ValueError, OSError, RuntimeError):
+                rel = path.as_posix()
+        codes -= ignored_for_path(settings, rel)
     return LintOptions(codes=tuple(sorted(codes)), target_torch=settings.effective_target(), with_edits=with_edits)
 
 
@@ -56,65 +70,73 @@ def run(
     use_cache: bool = True,
     jobs: int | None = None,
     force_exclude: bool = False,
-    progress: Callable[[int], Callable[[FileResult], None]] | None = None,
+    progress: ProgressFactory | None = None,
 ) -> RunOutcome:
+    """Check (or fix) `paths`.  `progress(n)` is called once the n files to analyse are
+    known and returns a callback for each finished file (or None)."""
     outcome = RunOutcome()
     found = discover(paths, resolver, force_exclude=force_exclude)
-    for p, msg in found.errors:
-        kind = ErrorKind.IO
-        if msg.startswith("config: "):
-            kind = ErrorKind.CONFIG
-            msg = msg.removeprefix("config: ")
-            p, msg = _config_path(msg), _config_msg(msg)
-        outcome.errors.append(FileError(p, kind, msg))
+    outcome.errors.extend(found.errors)
     outcome.files = len(found.files)
 
     caches: dict[str, Cache] = {}
     pending: list[Job] = []
     shas: dict[str, str] = {}
+    fingerprints: dict[str, str] = {}
     results: dict[str, FileResult] = {}
     order: list[str] = []
+    memo: dict = {}
     for path, settings in found.files:
         key = str(path)
         order.append(key)
-        options = options_for(path, settings, with_edits)
+        options = options_for(path, settings, with_edits, memo)
         try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            reason = "file not found (it may have been removed)" if isinstance(exc, FileNotFoundError) else (
-                f"cannot read: {exc.strerror or exc}")
-            results[key] = FileResult(path=key, errors=[FileError(key, ErrorKind.IO, reason)])
+            raw = read_bytes(key)
+        except SourceError as exc:
+            results[key] = FileResult(path=key, errors=[FileError(key, ErrorKind(exc.kind), exc.message)])
             continue
         want_unsafe = settings.unsafe_fixes if unsafe is None else unsafe
-        if not fix and use_cache:
+        outcome.unsafe_any = outcome.unsafe_any or want_unsafe
+        if use_cache:
             fp = options.fingerprint()
+            fingerprints[key] = fp
             cache = caches.get(fp) or caches.setdefault(fp, Cache(cache_dir(), fp))
             sha = digest(raw)
             shas[key] = sha
             hit = cache.get(os.path.abspath(key), sha)
-            if hit is not None:
+            # When fixing, only a file known to have no findings can be answered from
+            # the cache: there is nothing to fix in it.
+            if hit is not None and (not fix or not hit):
                 results[key] = FileResult(path=key, diagnostics=hit, from_cache=True)
                 outcome.cached += 1
                 continue
         pending.append(
             Job(path=key, options=options, fix=fix, unsafe=want_unsafe, raw=raw, fixable=fixable_codes(settings))
         )
-    workers = jobs if jobs and jobs > 0 else (os.cpu_count() or 1)
-    callback = progress(len(pending)) if progress else None
-    job_by_path = {j.path: j for j in pending}
-    for r in run_jobs(pending, workers, callback):
+    workers = jobs if jobs and jobs > 0 else default_workers()
+    on_start = (lambda: progress(len(pending))) if progress else None
+    for r in run_jobs(pending, workers, on_start=on_start):
         results[r.path] = r
-        if not fix and use_cache and not r.errors:
-            fp = job_by_path[r.path].options.fingerprint()
-            caches[fp].put(os.path.abspath(r.path), shas[r.path], r.diagnostics)
         if r.skipped:
             outcome.skipped += 1
-    for c in caches.values():
-        c.save()
     if fix and not diff:
         for r in results.values():
             if r.fixed_bytes is not None:
                 _write(r)
+    if use_cache:
+        for r in results.values():
+            if r.from_cache or r.errors or r.path not in fingerprints:
+                continue
+            if r.fixed_bytes is not None:
+                if diff:
+                    continue  # the file on disk still holds what the diagnostics were not found in
+                sha = digest(r.fixed_bytes)
+            else:
+                sha = shas[r.path]
+            caches[fingerprints[r.path]].put(os.path.abspath(r.path), sha, r.diagnostics)
+        for c in caches.values():
+            c.save()
+        write_snapshot()
     outcome.results = [results[k] for k in order if k in results]
     return outcome
 
@@ -136,13 +158,3 @@ def _write(r: FileResult) -> None:
     except OSError as exc:
         r.errors.append(FileError(r.path, ErrorKind.IO, f"not written: {exc.strerror or exc}"))
         r.fixed_bytes = None
-
-
-def _config_path(message: str) -> str:
-    head = message.split(": ", 1)[0]
-    return head
-
-
-def _config_msg(message: str) -> str:
-    parts = message.split(": ", 1)
-    return parts[1] if len(parts) == 2 else message

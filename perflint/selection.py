@@ -1,17 +1,86 @@
-"""Rule selection: codes and prefixes (`PF1`, `PF10`, `PF102`, `ALL`), ruff-style."""
+"""Rule selection: codes and prefixes (`PF1`, `PF10`, `PF102`, `ALL`), resolved as ruff does.
+
+The default set is every rule whose class says `default = True` (`perflint rules` shows
+it).  A selection layer is (select, extend-select, ignore); the configuration file is one
+layer and the command line another, applied in that order:
+
+* a layer with `select` starts afresh from its own selectors; one without adds to and
+  removes from the rules selected so far;
+* inside a layer, more specific selectors win (`select = ["PF1"]`, `ignore = ["PF102"]`
+  turns PF102 off; `select = ["PF102"]`, `ignore = ["PF1"]` keeps it on); at the same
+  specificity, `ignore` wins.
+"""
 
 from __future__ import annotations
 
 import fnmatch
+import re
+import sys
+from functools import lru_cache
 from pathlib import PurePosixPath
 
 from perflint.config import Settings
 
 
 def _registry():
+    """Rule code → rule class (or, before the rules are imported, a light record of it).
+
+    Selecting rules needs only their codes and default flags.  Importing the rule modules
+    means importing libcst, which costs a warm run (every file answered from the cache) a
+    third of its time; so a run that has not imported them reads the registry snapshot
+    that an earlier run of the same perflint build left in the cache folder.
+    """
+    if "perflint.rules" not in sys.modules:
+        snap = _read_snapshot()
+        if snap is not None:
+            return snap
     from perflint.rules import all_rules
 
     return all_rules()
+
+
+class _RuleRecord:
+    __slots__ = ("code", "name", "default")
+
+    def __init__(self, code: str, name: str, default: bool) -> None:
+        self.code, self.name, self.default = code, name, default
+
+
+def _snapshot_path():
+    from perflint import __version__
+    from perflint.cache import cache_dir, code_stamp
+
+    return cache_dir() / __version__ / f"rules-{code_stamp()}.json"
+
+
+def _read_snapshot() -> dict | None:
+    import json
+
+    try:
+        data = json.loads(_snapshot_path().read_text(encoding="utf-8"))
+        return {code: _RuleRecord(code, str(v["name"]), bool(v["default"])) for code, v in sorted(data.items())}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def write_snapshot() -> None:
+    """Record the registry for later runs, if the rules are imported and it is not there."""
+    import json
+
+    if "perflint.rules" not in sys.modules:
+        return
+    try:
+        path = _snapshot_path()
+        if path.exists():
+            return
+        from perflint.rules import all_rules
+        from perflint.source import atomic_write
+
+        data = {code: {"name": r.name, "default": bool(r.default)} for code, r in all_rules().items()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(str(path), json.dumps(data, sort_keys=True).encode("utf-8"))
+    except OSError:
+        pass
 
 
 def validate_selector(sel: str) -> str | None:
@@ -19,11 +88,16 @@ def validate_selector(sel: str) -> str | None:
     s = sel.strip().upper()
     if s == "ALL":
         return None
-    if not s.startswith("PF"):
+    if not re.fullmatch(r"PF\d*", s):
         return f"unknown rule selector `{sel}` (codes look like PF101; prefixes like PF1 or PF10; or ALL)"
     if not any(code.startswith(s) for code in _registry()):
         return f"unknown rule code or prefix `{sel}`"
     return None
+
+
+def _specificity(sel: str) -> int:
+    s = sel.strip().upper()
+    return -1 if s == "ALL" else len(s)
 
 
 def _expand(selectors) -> set[str]:
@@ -41,37 +115,75 @@ def default_codes() -> set[str]:
     return {code for code, rule in _registry().items() if rule.default}
 
 
+def _apply_layer(current: set[str], select, extend_select, ignore) -> set[str]:
+    updates: dict[str, bool] = {}
+    chosen = list(select or ()) + list(extend_select or ())
+    levels = sorted({_specificity(s) for s in chosen} | {_specificity(s) for s in ignore or ()})
+    for level in levels:
+        for code in _expand(s for s in chosen if _specificity(s) == level):
+            updates[code] = True
+        for code in _expand(s for s in ignore or () if _specificity(s) == level):
+            updates[code] = False
+    if select is not None:
+        return {code for code, on in updates.items() if on}
+    out = set(current)
+    for code, on in updates.items():
+        if on:
+            out.add(code)
+        else:
+            out.discard(code)
+    return out
+
+
 def selected_codes(settings: Settings) -> tuple[str, ...]:
-    base = _expand(settings.select) if settings.select is not None else default_codes()
-    base |= _expand(settings.extend_select)
-    # More specific selectors win, as in ruff: `select = ["PF2"]`, `ignore = ["PF201"]`.
-    base -= _expand(settings.ignore)
-    return tuple(sorted(base))
+    codes = default_codes()
+    codes = _apply_layer(codes, settings.select, settings.extend_select, settings.ignore)
+    codes = _apply_layer(codes, settings.cli_select, settings.cli_extend_select, settings.cli_ignore)
+    return tuple(sorted(codes))
 
 
 def fixable_codes(settings: Settings) -> frozenset[str] | None:
+    """The codes whose fixes may be applied; None means all of them."""
     if settings.fixable is None and not settings.unfixable:
         return None
-    allowed = _expand(settings.fixable) if settings.fixable is not None else set(_registry())
-    return frozenset(allowed - _expand(settings.unfixable))
+    base = set(_registry())
+    return frozenset(_apply_layer(base, settings.fixable if settings.fixable is not None else ("ALL",), (),
+                                  settings.unfixable))
 
 
 def ignored_for_path(settings: Settings, rel_path: str) -> set[str]:
-    """Codes that per-file-ignores switch off for a path relative to the settings' root."""
+    """Codes that per-file-ignores switch off for a path relative to the settings' root.
+
+    A pattern matches the path relative to the configuration's folder or the file's name
+    (`"__init__.py"`, `"tests/*"`, `"**/scripts/*.py"`, `"{tests,docs}/*"`), as in ruff.
+    """
     out: set[str] = set()
     posix = PurePosixPath(rel_path).as_posix()
     name = PurePosixPath(posix).name
     for pattern, codes in settings.per_file_ignores:
-        if _glob_match(posix, pattern) or _glob_match(name, pattern):
+        if any(_glob_match(posix, p) or _glob_match(name, p) for p in _braces(pattern)):
             out |= _expand(codes)
     return out
 
 
+@lru_cache(maxsize=256)
+def _braces(pattern: str) -> tuple[str, ...]:
+    """Expand `{a,b}` alternatives (nesting allowed), as ruff's globs do."""
+    m = re.search(r"\{([^{}]*)\}", pattern)
+    if not m:
+        return (pattern,)
+    out: list[str] = []
+    for alt in m.group(1).split(","):
+        out.extend(_braces(pattern[: m.start()] + alt + pattern[m.end():]))
+    return tuple(out)
+
+
 def _glob_match(path: str, pattern: str) -> bool:
-    if fnmatch.fnmatch(path, pattern):
+    pattern = pattern.removeprefix("./")
+    if fnmatch.fnmatchcase(path, pattern):
         return True
-    if "**/" in pattern and fnmatch.fnmatch(path, pattern.replace("**/", "")):
+    if "**/" in pattern and fnmatch.fnmatchcase(path, pattern.replace("**/", "")):
         return True
     # A folder pattern: "tests/" or "tests" matches files below it.
     p = pattern.rstrip("/")
-    return path == p or path.startswith(p + "/")
+    return bool(p) and (path == p or path.startswith(p + "/"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 from perflint import __version__
 from perflint.diagnostics import FileResult
@@ -49,6 +50,29 @@ def to_json(results: list[FileResult]) -> str:
     return json.dumps(out, indent=2)
 
 
+def statistics_json(results: list[FileResult], unsafe: bool = False) -> str:
+    """`--statistics --output-format json`: ruff's shape, most frequent first."""
+    from perflint.report.text import fixable
+
+    counts: dict[str, dict] = {}
+    for r in results:
+        for d in r.diagnostics:
+            entry = counts.setdefault(d.code, {"code": d.code, "name": d.name, "count": 0, "fixable": False})
+            entry["count"] += 1
+            entry["fixable"] = entry["fixable"] or fixable(d, unsafe)
+    return json.dumps(sorted(counts.values(), key=lambda e: (-e["count"], e["code"])), indent=2)
+
+
+def _artifact(path: str) -> dict:
+    """A SARIF artifactLocation: relative to %SRCROOT% (the current folder) when the file
+    is inside it, else an absolute file URI."""
+    absolute = os.path.abspath(path)
+    rel = os.path.relpath(absolute)
+    if rel.startswith(".." + os.sep) or rel == ".." or os.path.isabs(rel):
+        return {"uri": Path(absolute).as_uri()}
+    return {"uri": quote(Path(rel).as_posix()), "uriBaseId": "%SRCROOT%"}
+
+
 def to_sarif(results: list[FileResult]) -> str:
     from perflint.rules import all_rules
 
@@ -57,21 +81,25 @@ def to_sarif(results: list[FileResult]) -> str:
     rule_index = {code: i for i, code in enumerate(used)}
     rules = []
     for code in used:
-        rule = registry[code]
+        rule = registry.get(code)
+        name = rule.name if rule else next(d.name for r in results for d in r.diagnostics if d.code == code)
+        summary = rule.summary if rule else name
+        doc = rule.doc() if rule else summary
+        level = _SARIF_LEVEL[rule.severity.value] if rule else "warning"
         rules.append(
             {
                 "id": code,
-                "name": rule.name,
-                "shortDescription": {"text": rule.summary},
-                "fullDescription": {"text": rule.summary},
-                "help": {"text": rule.doc(), "markdown": rule.doc()},
-                "defaultConfiguration": {"level": _SARIF_LEVEL[rule.severity.value]},
-                "properties": {"fix": rule.fix_class, "tags": ["performance", "pytorch"]},
+                "name": name,
+                "shortDescription": {"text": summary},
+                "fullDescription": {"text": summary},
+                "help": {"text": doc, "markdown": doc},
+                "defaultConfiguration": {"level": level},
+                "properties": {"fix": rule.fix_class if rule else "none", "tags": ["performance", "pytorch"]},
             }
         )
     sarif_results = []
     for r in results:
-        uri = Path(os.path.relpath(os.path.abspath(r.path))).as_posix()
+        artifact = _artifact(r.path)
         for d in r.diagnostics:
             region = {
                 "startLine": d.location.row,
@@ -88,7 +116,7 @@ def to_sarif(results: list[FileResult]) -> str:
                     "locations": [
                         {
                             "physicalLocation": {
-                                "artifactLocation": {"uri": uri, "uriBaseId": "%SRCROOT%"},
+                                "artifactLocation": artifact,
                                 "region": region,
                             }
                         }
@@ -131,9 +159,9 @@ def to_github(results: list[FileResult]) -> str:
         for d in r.diagnostics:
             level = _GITHUB_LEVEL[d.severity.value]
             props = (
-                f"title={_gh_escape(f'perflint ({d.code})', True)},file={_gh_escape(path, True)},"
-                f"line={d.location.row},col={d.location.column},"
-                f"endLine={d.end_location.row},endColumn={d.end_location.column}"
+                f"file={_gh_escape(path, True)},line={d.location.row},col={d.location.column},"
+                f"endLine={d.end_location.row},endColumn={d.end_location.column},"
+                f"title={_gh_escape(f'perflint ({d.code})', True)}"
             )
             cell = f"cell {d.cell}:" if d.cell is not None else ""
             lines.append(

@@ -310,8 +310,8 @@ def main(script: str, fixed: str | None, unsafe_fixes: bool, steps: int, warmup:
     """Run `perflint verify`; returns the exit status (see the module docstring)."""
     from rich.console import Console
 
-    console = Console(highlight=False, soft_wrap=True)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    console = Console(highlight=False, soft_wrap=True, emoji=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
     settings = MeasureSettings(steps, warmup, repeats, timeout, loss_tolerance)
     command = verify_command(script, fixed, unsafe_fixes, settings, json_out, script_args, target_torch)
     fixed_label = fixed or ("perflint fix --unsafe-fixes" if unsafe_fixes else "perflint fix")

@@ -1,0 +1,144 @@
+"""The content-hash cache in `.perflint_cache/`: hits, misses, and what it never does."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import perflint.engine as engine
+from cli_support import AMP, CLEAN, LOADER, run, write
+from perflint import runner
+from perflint.config import Resolver
+
+
+@pytest.fixture
+def proj(tmp_path, monkeypatch):
+    write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "a.py": AMP, "b.py": LOADER, "c.py": CLEAN})
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def analysed(monkeypatch):
+    """The paths the engine analyses (the in-process runs of these small trees)."""
+    seen: list[str] = []
+    real = engine.run_job
+
+    def spy(job):
+        seen.append(job.path)
+        return real(job)
+
+    monkeypatch.setattr(engine, "run_job", spy)
+    return seen
+
+
+def test_second_run_reads_from_the_cache_and_gives_identical_output(proj, analysed):
+    for fmt in ("full", "json"):  # json includes the fixes' edits: other cache entries
+        analysed.clear()
+        first = run("check", "--output-format", fmt, "-j1")
+        assert sorted(analysed) == ["a.py", "b.py", "c.py"]
+        analysed.clear()
+        second = run("check", "--output-format", fmt, "-j1")
+        assert analysed == []
+        assert (second.exit_code, second.stdout, second.stderr) == (first.exit_code, first.stdout, first.stderr)
+    uncached = run("check", "--output-format", "sarif", "--no-cache")
+    analysed.clear()
+    cached = run("check", "--output-format", "sarif")
+    assert analysed == []
+    assert cached.stdout == uncached.stdout
+    assert (proj / ".perflint_cache" / "CACHEDIR.TAG").is_file()
+    assert (proj / ".perflint_cache" / ".gitignore").read_text().splitlines()[-1] == "*"
+    outcome = runner.run(["."], Resolver(), jobs=1)
+    assert outcome.cached == 3
+
+
+def test_editing_a_file_misses_for_that_file_only(proj, analysed):
+    run("check", "-j1")
+    analysed.clear()
+    (proj / "c.py").write_text(CLEAN + AMP)
+    r = run("check", "-j1", "--output-format", "concise")
+    assert analysed == ["c.py"]
+    assert "c.py:6:10: PF402" in r.stdout
+
+
+@pytest.mark.parametrize("change", [["--select", "PF402"], ["--target-torch", "2.3"], ["--extend-select", "ALL"],
+                                    ["--output-format", "json"]])
+def test_other_settings_miss(proj, analysed, change):
+    run("check", "-j1")
+    analysed.clear()
+    run("check", "-j1", *change)
+    assert sorted(analysed) == ["a.py", "b.py", "c.py"]
+    analysed.clear()
+    run("check", "-j1", *change)
+    assert analysed == []
+
+
+def test_config_change_misses(proj, analysed):
+    run("check", "-j1")
+    analysed.clear()
+    write(proj, {"pyproject.toml": '[tool.perflint]\ntarget-torch = "2.0"\n'})
+    r = run("check", "-j1", "--output-format", "json")
+    assert sorted(analysed) == ["a.py", "b.py", "c.py"]
+    assert "PF402" not in {d["code"] for d in json.loads(r.stdout)}
+
+
+def test_a_new_perflint_build_misses(proj, analysed, monkeypatch):
+    import perflint.cache as cache
+
+    run("check", "-j1")
+    analysed.clear()
+    monkeypatch.setattr(cache, "code_stamp", lambda: "another-build")
+    run("check", "-j1")
+    assert sorted(analysed) == ["a.py", "b.py", "c.py"]
+
+
+def test_no_cache_neither_reads_nor_writes(proj, analysed):
+    run("check", "-j1", "--no-cache")
+    assert not (proj / ".perflint_cache").exists()
+    run("check", "-j1")
+    analysed.clear()
+    run("check", "-j1", "--no-cache")
+    assert sorted(analysed) == ["a.py", "b.py", "c.py"]
+
+
+def test_files_with_errors_are_not_cached(proj, analysed):
+    write(proj, {"bad.py": "import torch\ndef f(:\n"})
+    run("check", "-j1")
+    analysed.clear()
+    r = run("check", "-j1")
+    assert analysed == ["bad.py"]
+    assert r.exit_code == 2 and "bad.py" in r.stderr
+
+
+def test_a_corrupt_cache_is_ignored(proj, analysed):
+    run("check", "-j1")
+    for f in (proj / ".perflint_cache").rglob("*.json"):
+        f.write_text("{not json")
+    analysed.clear()
+    r = run("check", "-j1", "--output-format", "concise")
+    assert sorted(analysed) == ["a.py", "b.py", "c.py"]
+    assert "a.py:3:10: PF402" in r.stdout
+
+
+def test_cache_dir_from_the_environment(proj, tmp_path_factory):
+    elsewhere = tmp_path_factory.mktemp("cache")
+    run("check", "-j1", env={"PERFLINT_CACHE_DIR": str(elsewhere)})
+    assert not (proj / ".perflint_cache").exists()
+    assert list(elsewhere.rglob("*.json"))
+
+
+def test_fix_skips_files_the_cache_knows_are_clean_and_check_after_fix_hits(proj, analysed):
+    run("check", "-j1")
+    analysed.clear()
+    r = run("fix", "-j1", "--select", "PF402")  # other settings: nothing known yet
+    assert r.exit_code == 0
+    run("check", "-j1", "--select", "PF402")
+    analysed.clear()
+    write(proj, {"d.py": AMP})
+    run("fix", "-j1", "--select", "PF402")
+    # a.py (fixed), b.py, c.py: known clean for these settings; only d.py is analysed.
+    assert analysed == ["d.py"]
+    analysed.clear()
+    r = run("check", "-j1", "--select", "PF402")
+    assert analysed == [] and r.exit_code == 0

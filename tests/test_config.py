@@ -1,0 +1,312 @@
+"""`[tool.perflint]`: where it is found, every key, broken configurations, target torch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from cli_support import AMP, LOADER, run, write
+from perflint.config import Resolver, torch_lower_bound
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def findings(*args: str) -> list[tuple[str, str]]:
+    """(path relative to cwd, code) of every finding, sorted."""
+    import os
+
+    r = run("check", "--no-cache", "--output-format", "json", *args)
+    assert r.exit_code in (0, 1), r.output
+    return sorted((os.path.relpath(d["filename"]), d["code"]) for d in json.loads(r.stdout))
+
+
+# ---------------------------------------------------------------------------------------
+# Which configuration governs a file
+# ---------------------------------------------------------------------------------------
+
+
+def test_nearest_pyproject_with_a_perflint_table_wins(root):
+    write(root, {
+        "pyproject.toml": '[tool.perflint]\nselect = ["PF402"]\n',
+        "a.py": AMP + LOADER,
+        "sub/pyproject.toml": '[tool.perflint]\nselect = ["PF101"]\n',
+        "sub/b.py": AMP + LOADER,
+        "sub/deeper/c.py": AMP + LOADER,
+        # A pyproject.toml without [tool.perflint] does not stop the search (as in ruff).
+        "other/pyproject.toml": '[project]\nname = "other"\n',
+        "other/d.py": AMP + LOADER,
+    })
+    assert findings() == [
+        ("a.py", "PF402"), ("other/d.py", "PF402"), ("sub/b.py", "PF101"), ("sub/deeper/c.py", "PF101"),
+    ]
+    # The same when the files are named one by one, from anywhere.
+    assert findings("sub/deeper/c.py", "a.py") == [("a.py", "PF402"), ("sub/deeper/c.py", "PF101")]
+
+
+def test_select_ignore_extend_select(root):
+    write(root, {"a.py": AMP + LOADER, "pyproject.toml": '[tool.perflint]\nignore = ["PF4"]\n'})
+    assert ("a.py", "PF402") not in findings()
+    assert ("a.py", "PF101") in findings()
+    write(root, {"pyproject.toml": '[tool.perflint]\nselect = ["PF101"]\nextend-select = ["PF402"]\n'})
+    assert findings() == [("a.py", "PF101"), ("a.py", "PF402")]
+    # The command line's --select starts afresh; its --ignore adds to the configured one.
+    assert findings("--select", "PF402") == [("a.py", "PF402")]
+    assert findings("--ignore", "PF101") == [("a.py", "PF402")]
+
+
+def test_per_file_ignores(root):
+    write(root, {
+        "pyproject.toml": """
+            [tool.perflint]
+            select = ["PF402", "PF101"]
+            [tool.perflint.per-file-ignores]
+            "tests/*" = ["PF4"]
+            "__init__.py" = ["PF101"]
+            "{scripts,tools}/*.py" = ["PF402", "PF101"]
+        """,
+        "tests/t.py": AMP + LOADER,
+        "pkg/__init__.py": AMP + LOADER,
+        "scripts/s.py": AMP + LOADER,
+        "tools/u.py": AMP + LOADER,
+        "pkg/m.py": AMP + LOADER,
+    })
+    assert findings() == [
+        ("pkg/__init__.py", "PF402"), ("pkg/m.py", "PF101"), ("pkg/m.py", "PF402"), ("tests/t.py", "PF101"),
+    ]
+
+
+def test_exclude_and_extend_exclude(root):
+    write(root, {
+        "pyproject.toml": '[tool.perflint]\nextend-exclude = ["gen/", "*_pb2.py"]\n',
+        "a.py": AMP, "gen/b.py": AMP, "x_pb2.py": AMP, "build/c.py": AMP,
+    })
+    assert findings() == [("a.py", "PF402")]  # build/ is a default exclude
+    write(root, {"pyproject.toml": '[tool.perflint]\nexclude = ["gen"]\n'})
+    # `exclude` replaces the defaults: build/ is checked again.
+    assert findings() == [("a.py", "PF402"), ("build/c.py", "PF402"), ("x_pb2.py", "PF402")]
+    # A file named on the command line is checked even when excluded...
+    assert findings("gen/b.py") == [("gen/b.py", "PF402")]
+    # ... unless --force-exclude.
+    assert findings("gen/b.py", "--force-exclude") == []
+
+
+def test_respect_gitignore_false(root):
+    write(root, {"pyproject.toml": "[tool.perflint]\n", ".gitignore": "ignored.py\n", "ignored.py": AMP})
+    assert findings() == []
+    write(root, {"pyproject.toml": "[tool.perflint]\nrespect-gitignore = false\n"})
+    assert findings() == [("ignored.py", "PF402")]
+
+
+def test_fixable_and_unfixable(root):
+    write(root, {"a.py": AMP, "pyproject.toml": '[tool.perflint]\nunfixable = ["PF402"]\n'})
+    r = run("fix", "--select", "PF402")
+    assert r.exit_code == 1
+    assert (root / "a.py").read_text() == AMP
+    write(root, {"pyproject.toml": '[tool.perflint]\nfixable = ["PF1"]\n'})
+    run("fix", "--select", "PF402")
+    assert (root / "a.py").read_text() == AMP
+    write(root, {"pyproject.toml": '[tool.perflint]\nfixable = ["PF4"]\n'})
+    assert run("fix", "--select", "PF402").exit_code == 0
+    assert (root / "a.py").read_text() != AMP
+
+
+def test_explicit_config_file(root):
+    write(root, {
+        "pyproject.toml": '[tool.perflint]\nselect = ["PF101"]\n',
+        "a.py": AMP + LOADER,
+        "ci/perflint.toml": 'select = ["PF402"]\n',
+        "ci/pyproject.toml": '[tool.perflint]\nselect = ["PF402", "PF101"]\n',
+    })
+    assert findings() == [("a.py", "PF101")]
+    assert findings("a.py", "--config", "ci/perflint.toml") == [("a.py", "PF402")]
+    assert findings("a.py", "--config", "ci/pyproject.toml") == [("a.py", "PF101"), ("a.py", "PF402")]
+    r = run("check", "a.py", "--config", "ci/missing.toml")
+    assert r.exit_code == 2 and "ci/missing.toml" in r.stderr and "not found" in r.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# Broken configurations
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "toml, key, cause",
+    [
+        ('[tool.perflint\nselect = ["PF1"]\n', None, "invalid TOML"),
+        ('[tool.perflint]\nselect = ["PF1"\n', None, "invalid TOML"),
+        ('[tool.perflint]\nselct = ["PF1"]\n', "selct", "did you mean `select`"),
+        ('[tool.perflint]\nselect = "PF1"\n', "select", "must be a list of rule codes, got a string"),
+        ('[tool.perflint]\nselect = [1]\n', "select", "must be a list of rule codes"),
+        ('[tool.perflint]\nselect = ["PF999"]\n', "select", "unknown rule code or prefix `PF999`"),
+        ('[tool.perflint]\nignore = ["E501"]\n', "ignore", "unknown rule selector `E501`"),
+        ('[tool.perflint]\nunsafe-fixes = "yes"\n', "unsafe-fixes", "must be true or false"),
+        ('[tool.perflint]\ntarget-torch = 2.4\n', "target-torch", "must be a string"),
+        ('[tool.perflint]\ntarget-torch = "latest"\n', "target-torch", "must be a torch version"),
+        ('[tool.perflint]\nexclude = "build"\n', "exclude", "must be a list of glob patterns"),
+        ('[tool.perflint.per-file-ignores]\n"a.py" = "PF1"\n', "per-file-ignores", "must be a list of rule codes"),
+        ('[tool.perflint.per-file-ignores]\n"a.py" = ["PF0"]\n', "per-file-ignores", "unknown rule code or prefix"),
+        ('[tool]\nperflint = 3\n', None, "must be a table"),
+    ],
+)
+def test_broken_config_is_one_line_naming_file_and_key(root, toml, key, cause):
+    write(root, {
+        "good/pyproject.toml": "[tool.perflint]\n", "good/a.py": AMP,
+        "bad/pyproject.toml": toml, "bad/b.py": AMP,
+    })
+    r = run("check", "--no-cache", "--output-format", "concise")
+    assert r.exit_code == 2
+    assert "Traceback" not in r.output
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert line.startswith("error: bad/pyproject.toml: ")
+    if key is not None:
+        assert f"`{key}`" in line
+    assert cause in line
+    # Files under other configurations are still checked and reported.
+    assert "good/a.py:3:10: PF402" in r.stdout
+    assert "b.py" not in r.stdout
+
+
+def test_a_broken_config_is_reported_once_for_many_files(root):
+    write(root, {"pyproject.toml": "[tool.perflint]\nbogus = 1\n", **{f"m{i}.py": AMP for i in range(5)}})
+    r = run("check", "--no-cache")
+    assert r.exit_code == 2
+    assert r.stderr.count("bogus") == 1
+
+
+def test_the_error_is_the_same_through_the_resolver(tmp_path):
+    write(tmp_path, {"pyproject.toml": "[tool.perflint]\nselect = 3\n", "a.py": ""})
+    from perflint.config import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        Resolver().for_path(tmp_path / "a.py")
+    assert exc.value.path == str(tmp_path / "pyproject.toml")
+    assert "`select`" in str(exc.value)
+
+
+# ---------------------------------------------------------------------------------------
+# Target torch version
+# ---------------------------------------------------------------------------------------
+
+
+def _pf402(root: Path, *args: str) -> bool:
+    return ("a.py", "PF402") in findings("--select", "PF402", *args)
+
+
+@pytest.mark.parametrize(
+    "files, fires",
+    [
+        ({"pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch>=2.1"]\n'}, False),
+        ({"pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch>=2.5"]\n'}, True),
+        ({"pyproject.toml": '[project]\nname = "p"\ndependencies = ["numpy", "torch~=2.3.1"]\n'}, False),
+        ({"pyproject.toml": '[project]\nname = "p"\n[project.optional-dependencies]\ngpu = ["torch==2.4.*"]\n'}, True),
+        ({"pyproject.toml": '[tool.poetry.dependencies]\ntorch = "^2.2"\n'}, False),
+        ({"pyproject.toml": '[project]\nname = "p"\n', "requirements.txt": "numpy\ntorch>=2.0  # old\n"}, False),
+        ({"pyproject.toml": '[project]\nname = "p"\n', "requirements-gpu.txt": "torch==2.6.0+cu124\n"}, True),
+        ({"requirements.txt": "-r base.txt\n", "base.txt": "torch >= 1.13, < 3\n"}, False),
+        ({"requirements.txt": "torch==2.1.0 \\\n    --hash=sha256:abcdef\n"}, False),
+        # No lower bound anywhere: 2.4.
+        ({"pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch<3"]\n'}, True),
+        ({}, True),
+        # target-torch in the configuration wins over the requirement.
+        ({"pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch>=2.1"]\n'
+                            '[tool.perflint]\ntarget-torch = "2.6"\n'}, True),
+        ({"pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch>=2.5"]\n'
+                            '[tool.perflint]\ntarget-torch = "2.0"\n'}, False),
+    ],
+)
+def test_target_torch_from_config_or_requirement_never_the_installed_torch(root, files, fires):
+    write(root, {"a.py": AMP, **files})
+    if "pyproject.toml" not in files:
+        # Stop the search for a configuration here, without declaring anything.
+        write(root, {"pyproject.toml": "[tool.perflint]\n"})
+    assert _pf402(root) is fires
+
+
+def test_target_torch_flag_wins_over_everything(root):
+    write(root, {"a.py": AMP, "pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch>=2.1"]\n'
+                                                 '[tool.perflint]\ntarget-torch = "2.0"\n'})
+    assert not _pf402(root)
+    assert _pf402(root, "--target-torch", "2.5")
+
+
+def test_a_subproject_requirement_applies_to_its_files(root):
+    write(root, {
+        "pyproject.toml": '[tool.perflint]\nselect = ["PF402"]\n',
+        "new/pyproject.toml": '[project]\nname = "new"\ndependencies = ["torch>=2.5"]\n',
+        "new/a.py": AMP,
+        "old/pyproject.toml": '[project]\nname = "old"\ndependencies = ["torch>=2.1"]\n',
+        "old/a.py": AMP,
+    })
+    assert findings() == [("new/a.py", "PF402")]
+
+
+def test_resolver_reports_where_the_target_came_from(tmp_path):
+    write(tmp_path, {"pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch>=2.2"]\n', "a.py": ""})
+    s = Resolver().for_path(tmp_path / "a.py")
+    assert s.effective_target() == (2, 2)
+    assert "pyproject.toml" in s.target_source
+
+
+# ---------------------------------------------------------------------------------------
+# Requirement lower bounds (property tests)
+# ---------------------------------------------------------------------------------------
+
+versions = st.tuples(st.integers(0, 3), st.integers(0, 30), st.integers(0, 9))
+spaces = st.sampled_from(["", " ", "  "])
+
+
+def _v(t, parts=3):
+    return ".".join(map(str, t[:parts]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(lo=versions, parts=st.integers(2, 3), op=st.sampled_from([">=", "==", "~=", ">"]), sp=spaces,
+       upper=st.one_of(st.none(), versions), marker=st.booleans(), comment=st.booleans(), name=st.sampled_from(["torch", "Torch", "TORCH"]))
+def test_lower_bound_of_one_requirement(lo, parts, op, sp, upper, marker, comment, name):
+    spec = f"{op}{sp}{_v(lo, parts)}"
+    if upper is not None:
+        spec += f",{sp}<{_v(upper)}"
+    line = f"{name}{sp}{spec}"
+    if marker:
+        line += ' ; python_version >= "3.9"'
+    if comment:
+        line += "  # pinned for CUDA"
+    assert torch_lower_bound([line]) == (lo[0], lo[1])
+
+
+@settings(max_examples=100, deadline=None)
+@given(bounds=st.lists(versions, min_size=1, max_size=4), others=st.lists(st.sampled_from(
+    ["numpy>=1.0", "torchvision>=0.15", "pytorch-lightning>=2.1", "torch", "torch<3", "-e .", "--index-url https://x/y"]),
+    max_size=4), data=st.data())
+def test_lowest_bound_wins_and_other_packages_are_ignored(bounds, others, data):
+    lines = [f"torch>={_v(b)}" for b in bounds] + others
+    lines = data.draw(st.permutations(lines))
+    assert torch_lower_bound(lines) == min((b[0], b[1]) for b in bounds)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(alphabet="torch<>=!~.,;*# 0123456789abc\\\n-", max_size=30), max_size=5))
+def test_lower_bound_never_crashes_on_junk(lines):
+    out = torch_lower_bound(lines)
+    assert out is None or (isinstance(out, tuple) and len(out) == 2)
+
+
+def test_lower_bound_special_cases():
+    assert torch_lower_bound(["torch==2.*"]) == (2, 0)
+    assert torch_lower_bound(["torch==2.10.*"]) == (2, 10)
+    assert torch_lower_bound(["torch>=2.5.0rc1"]) == (2, 5)
+    assert torch_lower_bound(["torch"]) is None
+    assert torch_lower_bound(["torch!=2.1,<2.6"]) is None
+    assert torch_lower_bound(["torchvision>=0.20"]) is None
+    assert torch_lower_bound(["torch>=2.1 --hash=sha256:00"]) == (2, 1)
+    assert torch_lower_bound(["torch>=2.3 \\", "  --hash=sha256:00"]) == (2, 3)
+    assert torch_lower_bound(["# torch>=2.9", "torch>=2.2"]) == (2, 2)
