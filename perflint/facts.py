@@ -1274,15 +1274,6 @@ class Facts:
                 return False
         return True
 
-    def in_test_code(self, node: cst.CSTNode) -> bool:
-        """Inside a pytest-style test: a `test*` function or a `Test*` class."""
-        for a in self.ancestors(node):
-            if isinstance(a, cst.FunctionDef) and a.name.value.startswith("test"):
-                return True
-            if isinstance(a, cst.ClassDef) and a.name.value.startswith("Test"):
-                return True
-        return False
-
     def calls_within(self, container: cst.CSTNode) -> list[cst.Call]:
         """Every call under `container`, nested defs included, in source order."""
         lo = self.order.get(container, 0)

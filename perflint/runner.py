@@ -14,7 +14,7 @@ from typing import Callable
 
 from perflint.cache import Cache, cache_dir, digest
 from perflint.config import Resolver, Settings
-from perflint.diagnostics import ErrorKind, FileError, FileResult
+from perflint.diagnostics import ErrorKind, FileError, FileResult, Severity
 from perflint.discovery import discover
 from perflint.engine import Job, LintOptions, default_workers, run_jobs
 from perflint.selection import fixable_codes, ignored_for_path, selected_codes, write_snapshot
@@ -40,6 +40,25 @@ class RunOutcome:
         return errs
 
 
+def is_test_file(path: Path) -> bool:
+    """A file pytest collects tests from by default (`test_*.py`, `*_test.py`), or a conftest.py.
+
+    Test code runs a few steps on tiny inputs on purpose (`num_workers=0`, an `.item()` per
+    assertion): performance warnings there are noise, so only error-severity rules (code
+    that is wrong, not slow) apply, unless `lint-tests = true`.
+    """
+    name = path.name
+    return name == "conftest.py" or (
+        name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+    )
+
+
+def _severity(code: str) -> Severity:
+    from perflint.rules import all_rules
+
+    return all_rules()[code].severity
+
+
 def options_for(path: Path, settings: Settings, with_edits: bool, memo: dict | None = None) -> LintOptions:
     if memo is not None:
         if settings not in memo:
@@ -56,6 +75,8 @@ def options_for(path: Path, settings: Settings, with_edits: bool, memo: dict | N
             except (ValueError, OSError, RuntimeError):
                 rel = path.as_posix()
         codes -= ignored_for_path(settings, rel)
+    if not settings.lint_tests and is_test_file(path):
+        codes = {c for c in codes if _severity(c) is Severity.ERROR}
     return LintOptions(codes=tuple(sorted(codes)), target_torch=settings.effective_target(), with_edits=with_edits)
 
 

@@ -1,0 +1,84 @@
+"""Test files (what pytest collects: test_*.py, *_test.py, conftest.py) get only the
+error-severity rules unless `lint-tests = true`: a test's `num_workers=0` is deliberate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cli_support import codes, run, write
+from perflint.runner import is_test_file
+
+# PF101 (warning, DataLoader without workers) and PF404 (error: fp16 autocast without a
+# GradScaler, gradients underflow) in one training loop.
+BOTH = """\
+import torch
+from torch.utils.data import DataLoader
+
+model = torch.nn.Linear(8, 2).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(ds, batch_size=4)
+for x in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x.cuda()).sum()
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "name, is_test",
+    [
+        ("test_train.py", True),
+        ("train_test.py", True),
+        ("conftest.py", True),
+        ("train.py", False),
+        ("testing_utils.py", False),
+        ("latest.py", False),
+        ("test_data.ipynb", False),
+    ],
+)
+def test_what_counts_as_a_test_file(name, is_test):
+    assert is_test_file(Path("pkg") / name) is is_test
+
+
+def _codes_by_file(result):
+    out: dict[str, set[str]] = {}
+    for path, code in codes(result):
+        out.setdefault(Path(path).name, set()).add(code)
+    return out
+
+
+def test_test_files_get_only_error_rules_by_default(tmp_path, monkeypatch):
+    write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "train.py": BOTH, "tests/test_train.py": BOTH})
+    monkeypatch.chdir(tmp_path)
+    r = run("check", "--no-cache", "--output-format", "json", "--select", "PF101,PF404")
+    found = _codes_by_file(r)
+    assert found["train.py"] == {"PF101", "PF404"}
+    assert found["test_train.py"] == {"PF404"}
+
+
+def test_lint_tests_setting_reports_everything_in_test_files(tmp_path, monkeypatch):
+    write(tmp_path, {"pyproject.toml": "[tool.perflint]\nlint-tests = true\n", "tests/test_train.py": BOTH})
+    monkeypatch.chdir(tmp_path)
+    r = run("check", "--no-cache", "--output-format", "json", "--select", "PF101,PF404")
+    assert _codes_by_file(r)["test_train.py"] == {"PF101", "PF404"}
+
+
+def test_lint_tests_must_be_a_boolean(tmp_path, monkeypatch):
+    write(tmp_path, {"pyproject.toml": '[tool.perflint]\nlint-tests = "yes"\n', "train.py": BOTH})
+    monkeypatch.chdir(tmp_path)
+    r = run("check", "--no-cache")
+    assert r.exit_code == 2
+    assert "`lint-tests` must be true or false" in r.stderr
+
+
+def test_fix_leaves_warnings_in_test_files_alone(tmp_path, monkeypatch):
+    # PF402's safe fix (deprecated torch.cuda.amp API) is not applied in a test file.
+    amp = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+    write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "test_amp.py": amp, "amp.py": amp})
+    monkeypatch.chdir(tmp_path)
+    run("fix", "--no-cache", "--select", "PF402")
+    assert (tmp_path / "test_amp.py").read_text() == amp
+    assert (tmp_path / "amp.py").read_text() != amp
