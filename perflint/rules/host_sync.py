@@ -46,6 +46,47 @@ def _inner_chain(expr: cst.BaseExpression) -> Iterator[cst.Call]:
             return
 
 
+_ENV_METHODS = {"step", "step_async", "act", "send"}
+
+
+def _env_call(facts: Facts, call: cst.CSTNode) -> bool:
+    """`env.step(...)`: a `step`/`act`/`send` method of something named as an environment
+    (`env`, `envs`, `train_env`, `self.env`), never an optimizer, scheduler or GradScaler."""
+    if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
+        return False
+    if call.func.attr.value not in _ENV_METHODS:
+        return False
+    if facts.is_optimizer_step(call) or facts.is_scaler_step(call):
+        return False
+    recv = facts.receiver_text(call.func.value) or ""
+    last = recv.rsplit(".", 1)[-1].lower()
+    return "env" in last and not (facts.kinds(call.func.value) & {"optimizer", "scaler", "model"})
+
+
+def _feeds_environment(facts: Facts, call: cst.Call) -> bool:
+    """The host value `call` reads is what the next step needs from the host: an action sent
+    to `env.step(...)`, directly (`env.step(a.cpu().numpy())`) or through a name assigned
+    from it (`actions = q.argmax(1).cpu().numpy()` ... `envs.step(actions)`).  Such a sync is
+    inherent to the algorithm (the environment runs on the CPU), so it is not reported."""
+    outer: cst.CSTNode = call
+    for c in _outer_chain(facts, call):
+        outer = c
+    parent = facts.parent(outer)
+    if isinstance(parent, cst.Arg):
+        return _env_call(facts, facts.parent(parent))
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+        name = parent.targets[0].target.value
+        fn = facts.enclosing_function(parent) or facts.module
+        after = facts.order.get(parent, 0)
+        for node in facts.nodes_within(fn, cst.Name):
+            if node.value != name or facts.order.get(node, -1) <= after:
+                continue
+            arg = facts.parent(node)
+            if isinstance(arg, cst.Arg) and _env_call(facts, facts.parent(arg)):
+                return True
+    return False
+
+
 def _host_value(facts: Facts, expr: cst.BaseExpression) -> bool:
     """A value known to live on the host already: numbers, numpy, CPU tensors."""
     ks = facts.kinds(expr)
@@ -138,7 +179,7 @@ class ItemInLoop(Rule):
             if _host_value(facts, recv) or isinstance(recv, (cst.Integer, cst.Float)):
                 continue
             ctx = facts.iteration_context(call)
-            if ctx is None:
+            if ctx is None or _feeds_environment(facts, call):
                 continue
             where = "training" if ctx.kind == "train" else "evaluation"
             yield Violation(
@@ -233,6 +274,8 @@ class HostSyncInLoop(Rule):
             if not _device_tensor(facts, recv):
                 return None
             if name == "cpu" and facts.has_kind(recv, "model"):
+                return None
+            if _feeds_environment(facts, call):
                 return None
             message = f"`.{name}()` of a device tensor on every iteration copies it to the host and waits for the GPU; " \
                       "collect on the device and copy once after the loop (or every N steps)"
