@@ -126,15 +126,16 @@ def test_benchmark_script_on_one_workload(tmp_path):
     out = tmp_path / "results"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "verify_workloads.py"), "--out", str(out), "--workloads",
-         "mel_cnn_trainer", "--steps", "3", "--warmup", "1", "--repeats", "1", "--", "--device", "cpu",
+         "mel_cnn_trainer", "--steps", "3", "--warmup", "1", "--repeats", "1", "--trainer-steps", "5", "--",
+         "--device", "cpu",
          "--batch-size", "2"],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "mel_cnn_trainer" in proc.stdout and "not a GPU figure" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["command"].endswith("--workloads mel_cnn_trainer --steps 3 --warmup 1 --repeats 1 -- "
-                                       "--device cpu --batch-size 2")
+    assert summary["command"].endswith("--workloads mel_cnn_trainer --steps 3 --warmup 1 --repeats 1 "
+                                       "--trainer-steps 5 -- --device cpu --batch-size 2")
     assert summary["environment"]["device"] == "cpu" and summary["environment"]["torch_version"]
     assert summary["environment"]["cpu_model"]
     (row,) = summary["workloads"]
@@ -144,5 +145,6 @@ def test_benchmark_script_on_one_workload(tmp_path):
     record = json.loads((out / "mel_cnn_trainer.json").read_text())
     for variant in ("original", "fixed", "trainer"):
         (run,) = record["runs"][variant]
-        assert run["status"] == "complete" and len(run["step_times_s"]) == 3 and run["batch_size"] == 2
+        steps = 5 if variant == "trainer" else 3
+        assert run["status"] == "complete" and len(run["step_times_s"]) == steps and run["batch_size"] == 2
     assert not list((ROOT / "fixtures" / "workloads").glob(".mel_cnn_trainer.*"))

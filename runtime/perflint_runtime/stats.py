@@ -1,4 +1,10 @@
-"""Statistics for A/B step timings: medians, a bootstrap confidence interval, loss agreement.
+"""Statistics for A/B step timings: means, a bootstrap confidence interval, loss agreement.
+
+The central figure is the mean step time (measured time over measured steps), not the
+median: a loader-bound pipeline with worker processes delivers batches in bursts (eight
+workers finish eight batches at about the same moment), so most steps find a batch waiting
+and a few wait for the next burst.  The median hides those waits; the mean is the
+throughput the script really gets.  Measure enough steps to span several bursts.
 
 Step times come nested: a variant is run several times (runs), each run yields several
 step times.  Steps within one run are not independent of each other (the run shares one
@@ -30,6 +36,13 @@ def median(values: Sequence[float]) -> float:
     return (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
+def mean(values: Sequence[float]) -> float:
+    """The arithmetic mean."""
+    if not values:
+        raise ValueError("mean of no values")
+    return math.fsum(values) / len(values)
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0 ≤ q ≤ 100), linear interpolation between order statistics."""
     if not values:
@@ -49,10 +62,10 @@ def pooled(runs: Runs) -> list[float]:
 
 
 def speedup(baseline: Runs, candidate: Runs) -> float:
-    """How many times faster the candidate is: median baseline step time / median candidate step time."""
+    """How many times faster the candidate is: mean baseline step time / mean candidate step time."""
     _check_runs(baseline, "baseline")
     _check_runs(candidate, "candidate")
-    return median(pooled(baseline)) / median(pooled(candidate))
+    return mean(pooled(baseline)) / mean(pooled(candidate))
 
 
 def bootstrap_speedup_ci(
@@ -76,7 +89,7 @@ def bootstrap_speedup_ci(
         raise ValueError("resamples must be at least 1")
     rng = random.Random(seed)
     ratios = [
-        median(_resample(baseline, rng)) / median(_resample(candidate, rng))
+        mean(_resample(baseline, rng)) / mean(_resample(candidate, rng))
         for _ in range(resamples)
     ]
     tail = (1.0 - confidence) / 2.0 * 100.0
