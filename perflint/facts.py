@@ -709,14 +709,17 @@ class Facts:
             return self._call_kinds(node)
         if isinstance(node, cst.Subscript):
             base = self.kinds(node.value)
+            where = base & {"cpu_tensor", "device_tensor"}  # indexing keeps the device
             if "batch" in base:
-                return {"batch"}
+                return {"batch"} | where
             if "output" in base:
-                return {"tensor", "output"}
+                return {"tensor", "output"} | where
             if "loss" in base:
-                return {"loss", "tensor"}
+                return {"loss", "tensor"} | where
             if "tensor" in base:
-                return {"tensor"}
+                return {"tensor"} | where
+            if "numpy" in base:
+                return {"numpy"}
             return set()
         if isinstance(node, cst.BinaryOperation):
             left, right = self.kinds(node.left), self.kinds(node.right)

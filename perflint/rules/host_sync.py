@@ -71,19 +71,69 @@ def _feeds_environment(facts: Facts, call: cst.Call) -> bool:
     outer: cst.CSTNode = call
     for c in _outer_chain(facts, call):
         outer = c
-    parent = facts.parent(outer)
+    return _value_feeds_environment(facts, outer, 0)
+
+
+def _value_feeds_environment(facts: Facts, value: cst.CSTNode, depth: int) -> bool:
+    if depth > 3:
+        return False
+    parent = facts.parent(value)
     if isinstance(parent, cst.Arg):
         return _env_call(facts, facts.parent(parent))
     if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
         name = parent.targets[0].target.value
         fn = facts.enclosing_function(parent) or facts.module
-        after = facts.order.get(parent, 0)
+        after = facts.order.get(parent.targets[0].target, 0)
         for node in facts.nodes_within(fn, cst.Name):
             if node.value != name or facts.order.get(node, -1) <= after:
                 continue
             arg = facts.parent(node)
             if isinstance(arg, cst.Arg) and _env_call(facts, facts.parent(arg)):
                 return True
+        return False
+    if isinstance(parent, cst.Return):
+        # `def select_action(...): return q(obs).argmax(1).item()` whose result is sent to
+        # `env.step(...)` at a call site.
+        fn = facts.enclosing_function(parent)
+        if fn is None:
+            return False
+        return any(
+            isinstance(c.func, cst.Name) and c.func.value == fn.name.value
+            and _value_feeds_environment(facts, c, depth + 1)
+            for c in facts.calls()
+        )
+    return False
+
+
+_CLOCKS = {"time.perf_counter", "time.perf_counter_ns", "time.time", "time.time_ns", "time.monotonic",
+           "time.monotonic_ns", "timeit.default_timer"}
+
+
+def _brackets_a_timer(facts: Facts, call: cst.Call) -> bool:
+    """`torch.cuda.synchronize()` in the statement just before or after a clock read, in a
+    block that adds up elapsed time every iteration (`t_model += time.perf_counter() - t0`):
+    measuring is the loop's purpose, and the sync is what makes the figure mean anything.
+    A sync that feeds a time printed only every N steps is still reported."""
+    line = facts.parent(facts.parent(call))
+    block = facts.parent(line) if isinstance(line, cst.SimpleStatementLine) else None
+    if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+        return False
+    body = list(block.body)
+    i = next((k for k, st in enumerate(body) if st is line), None)
+    if i is None:
+        return False
+    accumulates = any(
+        isinstance(st, cst.SimpleStatementLine) and any(
+            isinstance(small, cst.AugAssign) and any(facts.qualname(c.func) in _CLOCKS for c in iter_nodes(small.value)
+                                                     if isinstance(c, cst.Call))
+            for small in st.body)
+        for st in body
+    )
+    if not accumulates:
+        return False
+    for st in body[max(i - 1, 0):i + 2]:
+        if st is not line and any(facts.qualname(c.func) in _CLOCKS for c in facts.calls_within(st)):
+            return True
     return False
 
 
@@ -226,7 +276,10 @@ class HostSyncInLoop(Rule):
     ## Applies to
     All torch versions. Values known to be on the host (Python numbers, numpy arrays,
     batches not yet moved to a device, tensors created without a device) are ignored, as
-    are files where nothing can be on an accelerator (see PF201).
+    are files where nothing can be on an accelerator (see PF201), `torch.cuda.synchronize()`
+    next to a clock read in a loop that adds up elapsed time every iteration
+    (`t_model += time.perf_counter() - t0`: measuring is its purpose), and
+    actions read back to be sent to an environment's `step()` (reinforcement learning).
 
     ## References
     - PyTorch performance tuning guide, "Avoid unnecessary CPU-GPU synchronization"
@@ -264,6 +317,8 @@ class HostSyncInLoop(Rule):
         q = facts.qualname(call.func)
         message = None
         if q == "torch.cuda.synchronize":
+            if _brackets_a_timer(facts, call):
+                return None  # timing a region needs the GPU idle at both ends
             message = "`torch.cuda.synchronize()` on every iteration stalls the CPU until the GPU is idle; synchronize only where you time or read results"
         elif isinstance(call.func, cst.Attribute) and name in ("cpu", "numpy", "tolist") and not call.args:
             recv = call.func.value

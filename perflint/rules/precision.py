@@ -825,7 +825,8 @@ class NoMixedPrecision(Rule):
     ## What it does
     Flags a CUDA training step (a loop or step function that calls `.backward()`) whose
     forward pass runs in full fp32, in a file that never uses `torch.autocast` or any other
-    mixed-precision mechanism. Reported at the step's first model call.
+    mixed-precision mechanism. Reported once per training loop (a GAN's discriminator and
+    generator updates count as one step), at its first model call.
 
     ## Why is this bad?
     Tensor cores run bf16/fp16 matmuls and convolutions far faster than fp32: the PyTorch
@@ -896,6 +897,7 @@ class NoMixedPrecision(Rule):
             return
         tn = torch_module_name(facts)
         steps: list[tuple[cst.Call, object, int | None, int | None, cst.Call | None]] = []
+        loop_of: dict[cst.Call, cst.CSTNode] = {}
         for call in facts.calls():
             if not facts.is_backward_call(call) or call_name(call) != "backward":
                 continue
@@ -906,6 +908,7 @@ class NoMixedPrecision(Rule):
             if first is None:
                 continue
             steps.append((call, block, start, end, first))
+            loop_of[first] = ctx.node
         if not steps:
             return
         if words(facts).name_contains("acos", "asin", "arccos", "arcsin"):
@@ -920,17 +923,20 @@ class NoMixedPrecision(Rule):
                 per_block.setdefault(block, []).append((start, end, item))  # type: ignore[arg-type]
         replacements = {b: rebuild_block(b, rs) for b, rs in per_block.items()}  # type: ignore[arg-type]
         plan = self.unsafe("Run forward and loss under bf16 autocast", replacements) if replacements else None
-        seen = set()
-        for call, block, start, end, first in steps:
-            if first in seen:
+        # One finding per training step (a GAN's discriminator and generator updates share
+        # one), at the step's first model call; its fix wraps every forward range.
+        seen: set[cst.CSTNode] = set()
+        for call, block, start, end, first in sorted(steps, key=lambda s: facts.order[s[4]]):
+            if loop_of[first] in seen:
                 continue
-            seen.add(first)
+            seen.add(loop_of[first])
+            has_plan = any(b is not None for _, b, _, _, f in steps if loop_of[f] is loop_of[first])
             yield Violation(
                 first,
                 "CUDA training step without mixed precision: run the forward pass and loss under "
                 '`torch.autocast("cuda", dtype=torch.bfloat16)` (Ampere or newer; pre-Ampere GPUs '
                 "should use float16 with a `torch.amp.GradScaler` instead)",
-                plan if block is not None else None,
+                plan if has_plan else None,
             )
 
     @staticmethod
