@@ -9,7 +9,8 @@ Prints files, lines, seconds and files/s for:
   (a fresh process: interpreter start-up and imports included);
 * perflint warm: the same command again with a filled result cache;
 
-with the ratios (cold against the floor, warm against cold).  Each time is the best of
+with the ratios (cold against the floor, warm against cold).  The perflint runs may write
+bytecode (PYTHONDONTWRITEBYTECODE is dropped for them), as an installed package has.  Each time is the best of
 --repeat runs (other processes only ever add time; `--statistic median` for the median);
 the CPU column (all of a run's processes) shows the work done whatever else is running.
 The folder is only read.
@@ -74,6 +75,9 @@ def _perflint(folder: Path, jobs: int | None, cache_dir: str | None) -> tuple[fl
     if jobs:
         cmd += ["--jobs", str(jobs)]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    # An installed perflint has its bytecode compiled; with PYTHONDONTWRITEBYTECODE set, every
+    # run of a source checkout would recompile it, which is not what a user's run pays.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if cache_dir is None:
         cmd.append("--no-cache")
     else:

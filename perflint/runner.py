@@ -17,7 +17,7 @@ from perflint.config import Resolver, Settings
 from perflint.diagnostics import ErrorKind, FileError, FileResult, Severity
 from perflint.discovery import discover
 from perflint.engine import Job, LintOptions, default_workers, run_jobs
-from perflint.selection import fixable_codes, ignored_for_path, selected_codes, write_snapshot
+from perflint.selection import fixable_codes, ignored_for_path, selected_codes, severity_of, write_snapshot
 from perflint.source import SourceError, atomic_write, read_bytes
 
 ProgressFactory = Callable[[int], "Callable[[FileResult], None] | None"]
@@ -54,9 +54,7 @@ def is_test_file(path: Path) -> bool:
 
 
 def _severity(code: str) -> Severity:
-    from perflint.rules import all_rules
-
-    return all_rules()[code].severity
+    return severity_of(code)
 
 
 def options_for(path: Path, settings: Settings, with_edits: bool, memo: dict | None = None) -> LintOptions:

@@ -25,13 +25,13 @@ from perflint.config import Settings
 def _registry():
     """Rule code → rule class (or, before the rules are imported, a light record of it).
 
-    Selecting rules needs only their codes and default flags.  Importing the rule modules
+    Selecting rules needs only their codes, default flags and severities.  Importing the rule modules
     means importing libcst, which costs a warm run (every file answered from the cache) a
     third of its time; so a run that has not imported them reads the registry snapshot
     that an earlier run of the same perflint build left in the cache folder.
     """
     if "perflint.rules" not in sys.modules:
-        snap = _read_snapshot()
+        snap = _cached_snapshot()
         if snap is not None:
             return snap
     from perflint.rules import all_rules
@@ -40,10 +40,13 @@ def _registry():
 
 
 class _RuleRecord:
-    __slots__ = ("code", "name", "default")
+    __slots__ = ("code", "name", "default", "severity")
 
-    def __init__(self, code: str, name: str, default: bool) -> None:
+    def __init__(self, code: str, name: str, default: bool, severity: str) -> None:
+        from perflint.diagnostics import Severity
+
         self.code, self.name, self.default = code, name, default
+        self.severity = Severity(severity)
 
 
 def _snapshot_path():
@@ -53,12 +56,20 @@ def _snapshot_path():
     return cache_dir() / __version__ / f"rules-{code_stamp()}.json"
 
 
+@lru_cache(maxsize=1)
+def _cached_snapshot() -> dict | None:
+    return _read_snapshot()
+
+
 def _read_snapshot() -> dict | None:
     import json
 
     try:
         data = json.loads(_snapshot_path().read_text(encoding="utf-8"))
-        return {code: _RuleRecord(code, str(v["name"]), bool(v["default"])) for code, v in sorted(data.items())}
+        return {
+            code: _RuleRecord(code, str(v["name"]), bool(v["default"]), str(v["severity"]))
+            for code, v in sorted(data.items())
+        }
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -76,11 +87,19 @@ def write_snapshot() -> None:
         from perflint.rules import all_rules
         from perflint.source import atomic_write
 
-        data = {code: {"name": r.name, "default": bool(r.default)} for code, r in all_rules().items()}
+        data = {
+            code: {"name": r.name, "default": bool(r.default), "severity": r.severity.value}
+            for code, r in all_rules().items()
+        }
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(str(path), json.dumps(data, sort_keys=True).encode("utf-8"))
     except OSError:
         pass
+
+
+def severity_of(code: str):
+    """A rule's severity, without importing the rules when the snapshot has it."""
+    return _registry()[code].severity
 
 
 def validate_selector(sel: str) -> str | None:
