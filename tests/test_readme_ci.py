@@ -40,3 +40,28 @@ def test_project_torch_requirement_is_a_range_that_213_satisfies():
         req = Requirement(spec)
         assert req.specifier.contains("2.13.0"), spec
         assert not str(req.specifier).startswith("=="), "pin torch only in .ci/run, not in the project"
+
+
+def test_readme_lists_every_rule_with_its_fix_class_and_default():
+    from perflint.rules import all_rules
+
+    text = (ROOT / "README.md").read_text()
+    for code, rule in all_rules().items():
+        row = re.search(rf"^\| {code} \| {re.escape(rule.name)} \|[^\n]*$", text, re.M)
+        assert row, f"{code} ({rule.name}) is missing from the README's rule table"
+        cells = [c.strip() for c in row.group(0).strip("|").split("|")]
+        fix = rule.fix_class.replace(" or ", " / ")
+        assert cells[3] == fix, f"{code}: README says fix {cells[3]!r}, the rule says {fix!r}"
+        assert cells[4] == ("on" if rule.default else "off"), f"{code}: default differs"
+
+
+def test_readme_configuration_example_is_accepted(tmp_path):
+    from perflint.config import Resolver
+
+    block = re.search(r"```toml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert block and "[tool.perflint]" in block.group(1)
+    (tmp_path / "pyproject.toml").write_text(block.group(1))
+    (tmp_path / "train.py").write_text("import torch\n")
+    settings = Resolver().for_path(tmp_path / "train.py")
+    assert settings.effective_target() == (2, 4) and settings.lint_tests is False
+    assert "PF201" in dict(settings.per_file_ignores)["scripts/*.py"]
