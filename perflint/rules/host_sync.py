@@ -450,11 +450,13 @@ class EmptyCacheInLoop(Rule):
                 continue
             if facts.iteration_context(call) is None:
                 continue
-            what = "gc.collect()" if q == "gc.collect" else "empty_cache()"
+            if q == "gc.collect":
+                what, evidence = "gc.collect()", "peft measured 250 steps at 108 s with it, 65 s without"
+            else:
+                what, evidence = "empty_cache()", "peft measured 250 steps at 65 s, 50 s calling it every 10 steps"
             yield Violation(
                 call,
-                f"`{what}` on every iteration slows training (peft measured 108 s → 65 s without a per-step "
-                "gc.collect); call it every N steps at most",
+                f"`{what}` on every iteration slows training ({evidence}); call it every N steps at most",
             )
 
 
