@@ -116,6 +116,27 @@ def test_relative_difference():
 
 
 def test_loss_divergence_skips_missing_steps():
-    assert stats.max_loss_divergence([1.0, None, 2.0], [1.0, 5.0, 2.2]) == pytest.approx(0.2 / 2.2)
+    assert stats.max_loss_divergence([1.0, None, 2.0], [1.0, 5.0, 2.2], window=1) == pytest.approx(0.2 / 2.2)
     assert stats.max_loss_divergence([None], [1.0]) is None
     assert stats.max_loss_divergence([1.0, 1.0], [1.0, math.nan]) == math.inf
+    assert stats.max_loss_divergence([math.nan, 1.0], [math.nan, 1.0]) == 0.0
+    assert stats.max_loss_divergence([2.0, 1.0], [2.0, math.inf]) == math.inf
+
+
+def test_loss_divergence_compares_window_means_against_the_loss_scale():
+    # Windows of 2: means 2.0 vs 2.1, then 1.0 vs 1.0.
+    assert stats.max_loss_divergence([2.0, 2.0, 1.0, 1.0], [2.0, 2.2, 0.9, 1.1], window=2) == pytest.approx(0.1 / 2.1)
+    # Near-zero losses: step-level noise is judged against the starting loss, not itself.
+    ref = [2.0] + [0.01, 0.02] * 10
+    noisy = [2.0] + [0.02, 0.01] * 10
+    assert max(stats.relative_difference(a, b) for a, b in zip(ref, noisy)) == pytest.approx(0.5)
+    assert stats.max_loss_divergence(ref, noisy, window=1) == pytest.approx(0.01 / 2.0)
+    assert stats.max_loss_divergence(ref, noisy) <= 0.005
+
+
+def test_loss_divergence_still_catches_a_run_that_stops_converging():
+    ref = [2.0 * 0.8 ** k for k in range(40)]  # 2.0 falling to 0.0003
+    stuck = [2.0 * 0.8 ** min(k, 5) for k in range(40)]  # stops improving at 0.66
+    assert stats.max_loss_divergence(ref, stuck) > 0.25
+    blew_up = ref[:20] + [1.0] * 20  # climbs back to half the starting loss
+    assert stats.max_loss_divergence(ref, blew_up) > 0.4

@@ -23,8 +23,9 @@ from torch.utils.data import DataLoader
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
 loader = DataLoader(torch.arange(8.0), batch_size=2, num_workers=2)
-for batch in loader:
-    batch = batch.to(device)
+for epoch in range(2):
+    for batch in loader:
+        batch = batch.to(device)
 """
 
 

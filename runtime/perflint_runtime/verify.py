@@ -9,8 +9,8 @@
    alternately, A B A B …, so that drift of the machine (clocks, other load) hits both.
 3. The report gives, per script, the mean step time, samples per second and peak
    memory; then the speedup (mean original / mean fixed step time) with a
-   hierarchical-bootstrap 95% confidence interval, and the largest relative difference
-   between the two loss curves, step by step.
+   hierarchical-bootstrap 95% confidence interval, and how far the two loss curves drift
+   apart (window means against the loss scale; `stats.max_loss_divergence`).
 
 Exit status: 0 when the fixed script is not slower beyond noise and its losses agree;
 1 when it is slower (the interval's upper bound is below 1) or its losses diverge beyond
