@@ -1113,7 +1113,11 @@ class Facts:
         return out
 
     def iterates_loader(self, loop: cst.For, weak: bool = True) -> bool:
-        ks = self._element_kinds(loop.iter, ())
+        it = loop.iter
+        # `for i, batch in enumerate(loader)`: the loop still walks the loader.
+        while isinstance(it, cst.Call) and (self.qualname(it.func) or call_name(it)) == "enumerate" and it.args:
+            it = it.args[0].value
+        ks = self._element_kinds(it, ())
         if "batch" in ks and "~batch" not in ks:
             return True
         return weak and "~batch" in ks
