@@ -765,6 +765,9 @@ class Facts:
         if q is not None:
             if q == DATALOADER:
                 return {"dataloader"}
+            if q.rsplit(".", 1)[-1] in ("tqdm", "track") and node.args and node.args[0].keyword is None:
+                # `pbar = tqdm(loader)`: iterating the bar iterates the loader.
+                return set(self.kinds(node.args[0].value)) & {"dataloader", "~dataloader"}
             if q in SCALERS:
                 return {"scaler"}
             if q.startswith("torch.optim.") and q.rsplit(".", 1)[-1] in OPTIMIZER_CLASSES:
