@@ -232,6 +232,20 @@ def test_pf401_guard_output_saving_producers_raise(producer):
         y.sum().backward()
 
 
+def test_pf401_guard_holds_under_torch_compile():
+    """torch.compile does not make the sigmoid guard moot: the traced backward still needs
+    the overwritten sigmoid output (rule-facts-repro/compile_aot_eager_inplace.py)."""
+
+    def inplace(t):
+        return F.relu(torch.sigmoid(t), inplace=True).sum()
+
+    x = torch.randn(8, requires_grad=True)
+    with pytest.raises(Exception, match="modified by an inplace operation"):
+        torch.compile(inplace, backend="aot_eager")(x).backward()
+    src = "import torch\nimport torch.nn.functional as F\n\n@torch.compile\ndef f(t):\n    return F.relu(torch.sigmoid(t)).sum()\n"
+    assert _fix(src, "PF401", unsafe=True) == src
+
+
 def test_pf401_guard_leaves_views_residuals_and_dropout():
     leaf = torch.randn(4, requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):

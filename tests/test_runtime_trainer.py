@@ -140,6 +140,25 @@ def test_checkpoint_resume_gives_the_identical_next_step(tmp_path):
         assert torch.equal(p, q)
 
 
+def test_checkpoints_load_with_weights_only_so_extras_must_be_plain_data(tmp_path):
+    """`load_checkpoint` uses `weights_only=True` (the default since torch 2.6; safe to
+    load a file from elsewhere): an `argparse.Namespace` in the extras cannot be loaded
+    back, its `vars()` can (rule-facts-repro/torch_load_weights_only.py)."""
+    import argparse
+    import pickle
+
+    args = argparse.Namespace(lr=0.1, epochs=3)
+    trainer = Trainer(device="cpu", progress=False)
+    model = trainer.setup_model(mlp(seed=1))
+    optimizer = trainer.setup_optimizer(torch.optim.SGD, model.parameters(), lr=0.1)
+    good, bad = str(tmp_path / "good.pt"), str(tmp_path / "bad.pt")
+    trainer.save_checkpoint(good, model, optimizer, args=vars(args))
+    trainer.save_checkpoint(bad, model, optimizer, args=args)
+    assert trainer.load_checkpoint(good, model, optimizer) == {"args": {"lr": 0.1, "epochs": 3}}
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        trainer.load_checkpoint(bad, model, optimizer)
+
+
 def test_metrics_stay_on_the_device_until_read():
     trainer = Trainer(device="cpu", progress=False)
     trainer.track(loss=torch.tensor(1.0), acc=0.5)

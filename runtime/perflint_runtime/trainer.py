@@ -321,7 +321,11 @@ class Trainer:
     def save_checkpoint(self, path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                         scheduler: Any = None, **extra: Any) -> None:
         """Write everything needed to continue exactly: weights, optimizer, scaler,
-        scheduler, step count and random-number states (the main process writes)."""
+        scheduler, step count and random-number states (the main process writes).
+
+        `extra` values must be plain data (numbers, strings, lists, dicts, tensors):
+        `load_checkpoint` reads with `weights_only=True`, which refuses arbitrary objects
+        such as an `argparse.Namespace` (save `vars(args)` instead)."""
         state = {
             "model": unwrap(model).state_dict(),
             "optimizer": optimizer.state_dict(),
