@@ -146,7 +146,7 @@ _HINTS = [
     ("~dataloader", re.compile(r"(^|_)(data)?loader(s)?(_|$)|^dl(_\w+)?$|(^|_)dl$|_dataloader$|^loader_")),
     ("~optimizer", re.compile(r"(^|_)(optim|optimizer|optimiser|opt)(s)?(_|\d|$)")),
     ("~model", re.compile(r"(^|_)(model|net|network|encoder|decoder|generator|discriminator|"
-                          r"classifier|backbone|module|critic|actor|policy|q_net|qnet|unet|vae)(s)?(_|\d|$)")),
+                          r"classifier|backbone|module|critic|actor|policy|q_net|qnet|unet|vae|student|teacher)(s)?(_|\d|$)")),
     ("~criterion", re.compile(r"(^|_)(criterion|loss_fn|loss_func|lossfn|loss_function|criteria)(_|\d|$)")),
     ("~scaler", re.compile(r"(^|_)(grad_)?scaler(_|$)")),
     ("~loss", re.compile(r"(^|_)loss(es)?(_|\d|$)")),
