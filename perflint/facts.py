@@ -1294,15 +1294,27 @@ class Facts:
         return dotted(expr) if expr is not None else None
 
 
+_EXITS = {"sys.exit", "exit", "quit", "os._exit", "os.abort"}
+
+
+def _ends_the_run(stmt: cst.BaseSmallStatement) -> bool:
+    """`break`, `return`, `raise`, or `sys.exit(...)`/`exit()`: nothing after it iterates."""
+    if isinstance(stmt, (cst.Break, cst.Return, cst.Raise)):
+        return True
+    if isinstance(stmt, cst.Expr) and isinstance(stmt.value, cst.Call):
+        return (dotted(stmt.value.func) or "") in _EXITS
+    return False
+
+
 def _leaves(block: cst.BaseSuite) -> bool:
     body = getattr(block, "body", ())
     if not body:
         return False
     last = body[-1]
     if isinstance(last, cst.SimpleStatementLine) and last.body:
-        return isinstance(last.body[-1], (cst.Break, cst.Return, cst.Raise))
+        return _ends_the_run(last.body[-1])
     if isinstance(block, cst.SimpleStatementSuite):
-        return isinstance(body[-1], (cst.Break, cst.Return, cst.Raise))
+        return _ends_the_run(body[-1])
     return False
 
 

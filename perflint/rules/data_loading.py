@@ -143,43 +143,87 @@ def in_memory_tensors(facts: Facts, expr: cst.BaseExpression | None, depth: int 
 
 
 _ITER_WRAPPERS = {"enumerate", "tqdm", "trange", "zip", "iter", "track"}
+_LOADER_ATTRS = {"dataset", "sampler", "batch_sampler", "batch_size", "num_workers"}
 
 
 def iterated_once(facts: Facts, call: cst.Call) -> bool:
-    """The loader is bound to a plain name whose every later use is `len(loader)` or a `for`
-    loop over it (possibly through `enumerate`/`tqdm`/`zip`) that is not itself inside a
-    loop: a test set read once after training.  Its workers start once either way."""
+    """The loader is bound to a plain name that is read by exactly one loop, not itself
+    inside a loop: a test set read once after training, or a loader handed once to a local
+    function that reads it once.  Its workers start once either way.
+
+    Reads are `for` loops and comprehensions over the loader, directly or through a wrapper
+    (`enumerate`, `tqdm`, `zip`, or any call that is itself the loop's iterable, such as
+    `logger.log_every(loader, 10)`); `len(loader)` and `loader.dataset` are not reads.  Any
+    other use (stored, returned, passed elsewhere) counts as "maybe more than once"."""
     assign = facts.parent(call)
     if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1
             and isinstance(assign.targets[0].target, cst.Name)):
         return False
-    name = assign.targets[0].target.value
     scope = facts.enclosing_function(assign) or facts.module
-    after = facts.order.get(assign.targets[0].target, 0)
-    loops = 0
+    return _reads(facts, assign.targets[0].target.value, scope, facts.order.get(assign.targets[0].target, 0), 0) == 1
+
+
+def _in_a_loop(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> bool:
+    anc = facts.parent(node)
+    while anc is not None and anc is not scope:
+        if isinstance(anc, (cst.For, cst.While, cst.FunctionDef, cst.CompFor)):
+            return True
+        anc = facts.parent(anc)
+    return False
+
+
+def _reads(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: int) -> int:
+    """How many times `name` (bound before order `after`) is iterated in `scope`; 2 stands
+    for "more than once, or unknown"."""
+    reads = 0
     for use in facts.nodes_within(scope, cst.Name):
         if use.value != name or facts.order.get(use, -1) <= after:
             continue
-        node: cst.CSTNode = use
-        while True:
-            arg = facts.parent(node)
-            outer = facts.parent(arg) if isinstance(arg, cst.Arg) else None
-            if isinstance(outer, cst.Call) and (call_name(outer) or "") in _ITER_WRAPPERS:
-                node = outer
+        parent = facts.parent(use)
+        if isinstance(parent, cst.Attribute) and parent.value is use:
+            if parent.attr.value in _LOADER_ATTRS:
                 continue
-            break
-        parent = facts.parent(node)
+            return 2
+        node: cst.CSTNode = use
+        arg = facts.parent(node)
+        outer = facts.parent(arg) if isinstance(arg, cst.Arg) else None
         if isinstance(outer, cst.Call) and call_name(outer) == "len":
             continue
-        if not (isinstance(parent, cst.For) and parent.iter is node):
-            return False
-        anc = facts.parent(parent)
-        while anc is not None and anc is not scope:
-            if isinstance(anc, (cst.For, cst.While, cst.FunctionDef)):
-                return False
-            anc = facts.parent(anc)
-        loops += 1
-    return loops == 1
+        while isinstance(outer, cst.Call) and (
+            (call_name(outer) or "") in _ITER_WRAPPERS
+            or (isinstance(facts.parent(outer), (cst.For, cst.CompFor)) and facts.parent(outer).iter is outer)
+        ):
+            node = outer
+            arg = facts.parent(node)
+            outer = facts.parent(arg) if isinstance(arg, cst.Arg) else None
+        parent = facts.parent(node)
+        if isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is node:
+            if _in_a_loop(facts, parent, scope):
+                return 2
+            reads += 1
+            continue
+        if (depth < 2 and node is use and isinstance(arg, cst.Arg) and isinstance(outer, cst.Call)
+                and isinstance(outer.func, cst.Name) and not _in_a_loop(facts, outer, scope)):
+            fns = facts.functions_by_name.get(outer.func.value) or []
+            param = _param_for(fns[0], outer, arg) if len(fns) == 1 else None
+            if param is not None and _reads(facts, param, fns[0], facts.order.get(fns[0].body, 0), depth + 1) == 1:
+                reads += 1
+                continue
+        return 2
+    return reads
+
+
+def _param_for(fn: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> str | None:
+    """The parameter of `fn` that receives `arg` at `call`."""
+    params = [*fn.params.posonly_params, *fn.params.params]
+    if arg.keyword is not None:
+        names = {p.name.value for p in (*params, *fn.params.kwonly_params)}
+        return arg.keyword.value if arg.keyword.value in names else None
+    if any(a.star for a in call.args):
+        return None
+    positional = [a for a in call.args if a.keyword is None]
+    i = positional.index(arg)
+    return params[i].name.value if i < len(params) else None
 
 
 def _dataloaders(facts: Facts) -> list[cst.Call]:
@@ -371,9 +415,11 @@ class DataLoaderNoPersistentWorkers(Rule):
     a bare `True`, which would raise when the value is 0.
 
     ## Applies to
-    All torch versions; CPU and CUDA. Not reported for a loader bound to a name whose only
-    use is one loop that is not inside another loop (a test set read once after training):
-    its workers start once either way.
+    All torch versions; CPU and CUDA. Not reported for a loader bound to a name that is
+    read by one loop that is not inside another loop — directly, through `enumerate`,
+    `tqdm` or a logging wrapper such as `log_every(loader, 10)`, or by a local function it
+    is handed to once (a test set read once, features extracted once): its workers start
+    once either way. `len(loader)` and `loader.dataset` do not count as reads.
 
     ## References
     - `torch.utils.data.DataLoader` documentation, `persistent_workers`
