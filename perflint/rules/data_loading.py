@@ -163,10 +163,18 @@ def iterated_once(facts: Facts, call: cst.Call) -> bool:
     return _reads(facts, assign.targets[0].target.value, scope, facts.order.get(assign.targets[0].target, 0), 0) == 1
 
 
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
 def _in_a_loop(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> bool:
+    """Whether `node` may run more than once per run of `scope`: under a loop, another
+    comprehension, or a nested function (a `for` clause's own comprehension does not count)."""
     anc = facts.parent(node)
+    own = anc if isinstance(node, cst.CompFor) else None
     while anc is not None and anc is not scope:
-        if isinstance(anc, (cst.For, cst.While, cst.FunctionDef, cst.CompFor)):
+        if isinstance(anc, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.CompFor)):
+            return True
+        if isinstance(anc, _COMPREHENSIONS) and anc is not own:
             return True
         anc = facts.parent(anc)
     return False
