@@ -26,8 +26,9 @@ def make_kwarg(name: str, value: cst.BaseExpression | str) -> cst.Arg:
 
 
 def _comma_like(call: cst.Call) -> cst.Comma:
-    """The comma to put between two arguments, in the call's own layout."""
-    for arg in call.args[:-1]:
+    """The comma to put between two arguments, in the call's own layout at its end (a call
+    may start `f(a, b,` and go on one argument per line)."""
+    for arg in reversed(call.args[:-1]):
         if isinstance(arg.comma, cst.Comma):
             return arg.comma
     if isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
@@ -54,8 +55,14 @@ def add_arg(call: cst.Call, arg: cst.Arg) -> cst.Call:
         args.append(arg.with_changes(comma=last.comma))
     else:
         sep = _comma_like(call) if len(args) > 1 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        args[-1] = last.with_changes(comma=sep)
-        args.append(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+        closing = last.whitespace_after_arg
+        if isinstance(closing, cst.ParenthesizedWhitespace):
+            # `f(a,\n  b\n)`: the line break before `)` moves after the new argument.
+            args[-1] = last.with_changes(comma=sep, whitespace_after_arg=cst.SimpleWhitespace(""))
+            args.append(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT, whitespace_after_arg=closing))
+        else:
+            args[-1] = last.with_changes(comma=sep)
+            args.append(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT))
     return call.with_changes(args=args)
 
 
