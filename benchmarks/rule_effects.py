@@ -89,6 +89,17 @@ def transformer(d: int, layers: int) -> nn.Module:
     return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
 
+def conv_setup(ctx: Ctx, batch_full: int, res_full: int = 128, width_full: int = 64):
+    """A seeded conv net, its SGD optimizer and one batch on the device."""
+    torch.manual_seed(0)
+    batch, res, width = ctx.size(batch_full, 4), ctx.size(res_full, 16), ctx.size(width_full, 8)
+    model = conv_net(width).to(ctx.device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(batch, 3, res, res, device=ctx.device)
+    y = torch.randint(0, 10, (batch,), device=ctx.device)
+    return model, opt, x, y, batch, res, width
+
+
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
                autocast: bool, device: torch.device) -> torch.Tensor:
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
@@ -116,12 +127,7 @@ def tf32_matmul(ctx: Ctx):
 
 
 def autocast_cnn(ctx: Ctx):
-    torch.manual_seed(0)
-    batch, res, width = ctx.size(128, 4), ctx.size(128, 16), ctx.size(64, 8)
-    model = conv_net(width).to(ctx.device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(batch, 3, res, res, device=ctx.device)
-    y = torch.randint(0, 10, (batch,), device=ctx.device)
+    model, opt, x, y, batch, res, width = conv_setup(ctx, 128)
     return (lambda: train_step(model, opt, x, y, False, ctx.device),
             lambda: train_step(model, opt, x, y, True, ctx.device),
             f"conv net training step, batch {batch}, {res}x{res}, width {width}")
@@ -140,12 +146,7 @@ def autocast_transformer(ctx: Ctx):
 
 
 def cudnn_benchmark(ctx: Ctx):
-    torch.manual_seed(0)
-    batch, res, width = ctx.size(64, 4), ctx.size(128, 16), ctx.size(64, 8)
-    model = conv_net(width).to(ctx.device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(batch, 3, res, res, device=ctx.device)
-    y = torch.randint(0, 10, (batch,), device=ctx.device)
+    model, opt, x, y, batch, res, _ = conv_setup(ctx, 64)
 
     def run(flag: bool):
         def fn():
@@ -231,12 +232,7 @@ def blocking_copy(ctx: Ctx):
 
 
 def empty_cache(ctx: Ctx):
-    torch.manual_seed(0)
-    batch, res, width = ctx.size(64, 4), ctx.size(128, 16), ctx.size(64, 8)
-    model = conv_net(width).to(ctx.device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(batch, 3, res, res, device=ctx.device)
-    y = torch.randint(0, 10, (batch,), device=ctx.device)
+    model, opt, x, y, batch, _, _ = conv_setup(ctx, 64)
 
     def with_empty():
         train_step(model, opt, x, y, True, ctx.device)
