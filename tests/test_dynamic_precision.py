@@ -232,6 +232,7 @@ def test_pf401_guard_output_saving_producers_raise(producer):
         y.sum().backward()
 
 
+@pytest.mark.filterwarnings("ignore:Error detected in SigmoidBackward0")
 def test_pf401_guard_holds_under_torch_compile():
     """torch.compile does not make the sigmoid guard moot: the traced backward still needs
     the overwritten sigmoid output (rule-facts-repro/compile_aot_eager_inplace.py)."""
