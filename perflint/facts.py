@@ -1024,6 +1024,15 @@ class Facts:
             return True
         return False
 
+    def is_scaler_call_step(self, call: cst.Call) -> bool:
+        """`loss_scaler(loss, optimizer, ...)`: a callable scaler object (timm's and MAE's
+        NativeScaler) that runs backward and the optimizer step for the loop."""
+        if not isinstance(call.func, (cst.Name, cst.Attribute)) or call_name(call) in ("step", "scale", "update"):
+            return False
+        if "~scaler" not in name_hints(call_name(call) or "") and "scaler" not in self.kinds(call.func):
+            return False
+        return any(a.keyword is None and self.has_kind(a.value, "optimizer") for a in call.args)
+
     def is_scaler_step(self, call: cst.Call) -> bool:
         return (
             call_name(call) == "step"
@@ -1099,7 +1108,8 @@ class Facts:
                 local_step_fns[fn.name.value] = True
         for loop in (*self.index[cst.For], *self.index[cst.While]):
             calls = self.direct_body_calls(loop)
-            train = any(self.is_backward_call(c) or self.is_optimizer_step(c) for c in calls)
+            train = any(self.is_backward_call(c) or self.is_optimizer_step(c) or self.is_scaler_call_step(c)
+                        for c in calls)
             if not train:
                 for c in calls:
                     n = c.func.value if isinstance(c.func, cst.Name) else (
