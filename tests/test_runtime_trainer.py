@@ -260,11 +260,17 @@ def test_ddp_on_cpu_with_torchrun(tmp_path):
     script = tmp_path / "ddp.py"
     script.write_text(textwrap.dedent(DDP_SCRIPT))
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
-         str(tmp_path)],
-        capture_output=True, text=True, timeout=180, env=env,
-    )
+    for attempt in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+             str(tmp_path)],
+            capture_output=True, text=True, timeout=180, env=env,
+        )
+        # A gloo worker process occasionally aborts inside torch's C++ runtime on this 2-core
+        # machine (`terminate called without an active exception`; about 1 run in 30): one
+        # retry for that signature only, any other failure is reported at once.
+        if proc.returncode == 0 or "terminate called without an active exception" not in proc.stderr:
+            break
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["weights"] == ranks[1]["weights"]  # one model, kept in sync
