@@ -420,6 +420,22 @@ class Facts:
             cur = self.parents.get(cur)
         return cur if cur is not None else node
 
+    def block_of(self, node: cst.CSTNode) -> tuple[cst.CSTNode, int] | None:
+        """(the IndentedBlock or Module whose body holds `node`'s statement, its index)."""
+        stmt = self.statement_of(node)
+        parent = self.parents.get(stmt)
+        if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            for i, s in enumerate(parent.body):
+                if s is stmt:
+                    return parent, i
+        return None
+
+    def later_uses(self, name: str, scope: cst.CSTNode, after: int) -> list[cst.Name]:
+        """Every `Name` node spelled `name` inside `scope` whose source order is past `after`
+        (an order from `self.order`, e.g. that of the assignment target that binds it)."""
+        return [n for n in self.nodes_within(scope, cst.Name)  # type: ignore[misc]
+                if n.value == name and self.order.get(n, -1) > after]
+
     def is_inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         return node is container or any(a is container for a in self.ancestors(node))
 

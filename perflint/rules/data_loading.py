@@ -184,9 +184,7 @@ def _reads(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: int) 
     """How many times `name` (bound before order `after`) is iterated in `scope`; 2 stands
     for "more than once, or unknown"."""
     reads = 0
-    for use in facts.nodes_within(scope, cst.Name):
-        if use.value != name or facts.order.get(use, -1) <= after:
-            continue
+    for use in facts.later_uses(name, scope, after):
         parent = facts.parent(use)
         if isinstance(parent, cst.Attribute) and parent.value is use:
             if parent.attr.value in _LOADER_ATTRS:
@@ -317,13 +315,14 @@ class DataLoaderNoPinMemory(Rule):
     Flags `DataLoader(...)` calls without `pin_memory` in files that move data to CUDA.
 
     ## Why is this bad?
-    Copies from pageable host memory to the GPU are staged and synchronous: the CUDA
-    runtime synchronises before a pageable copy starts, so `non_blocking=True` cannot
-    overlap it with compute. Batches in pinned (page-locked) memory copy by DMA and can
-    overlap with the previous step's kernels. On an H100 80GB (torch 2.11, `python benchmarks/rule_effects.py`; results in `benchmarks/results/h100/rule_effects/`), four bf16 conv-net steps each copying
-    a 37 MiB batch first took 96.0 ms from pageable memory with blocking copies and 81.3 ms
-    from pinned memory with `non_blocking=True` (1.18×); the gain depends on batch size
-    and step time.
+    Copies from pageable host memory to the GPU are staged and synchronous: the CUDA runtime
+    synchronises before a pageable copy starts, so `non_blocking=True` cannot overlap it
+    with compute. Batches in pinned (page-locked) memory copy by DMA and can overlap with
+    the previous step's kernels. On an H100 80GB (torch 2.11, `python
+    benchmarks/rule_effects.py`; results in `benchmarks/results/h100/rule_effects/`), four
+    bf16 conv-net steps each copying a 37 MiB batch first took 96.0 ms from pageable memory
+    with blocking copies and 81.3 ms from pinned memory with `non_blocking=True` (1.18×);
+    the gain depends on batch size and step time.
 
     ## Example
     ```python

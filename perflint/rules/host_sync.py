@@ -83,10 +83,7 @@ def _value_feeds_environment(facts: Facts, value: cst.CSTNode, depth: int) -> bo
     if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
         name = parent.targets[0].target.value
         fn = facts.enclosing_function(parent) or facts.module
-        after = facts.order.get(parent.targets[0].target, 0)
-        for node in facts.nodes_within(fn, cst.Name):
-            if node.value != name or facts.order.get(node, -1) <= after:
-                continue
+        for node in facts.later_uses(name, fn, facts.order.get(parent.targets[0].target, 0)):
             arg = facts.parent(node)
             if isinstance(arg, cst.Arg) and _env_call(facts, facts.parent(arg)):
                 return True
@@ -114,14 +111,12 @@ def _brackets_a_timer(facts: Facts, call: cst.Call) -> bool:
     block that adds up elapsed time every iteration (`t_model += time.perf_counter() - t0`):
     measuring is the loop's purpose, and the sync is what makes the figure mean anything.
     A sync that feeds a time printed only every N steps is still reported."""
-    line = facts.parent(facts.parent(call))
-    block = facts.parent(line) if isinstance(line, cst.SimpleStatementLine) else None
-    if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+    where = facts.block_of(call)
+    if where is None:
         return False
+    block, i = where
+    line = facts.statement_of(call)
     body = list(block.body)
-    i = next((k for k, st in enumerate(body) if st is line), None)
-    if i is None:
-        return False
     accumulates = any(
         isinstance(st, cst.SimpleStatementLine) and any(
             isinstance(small, cst.AugAssign) and any(facts.qualname(c.func) in _CLOCKS for c in iter_nodes(small.value)
@@ -171,13 +166,14 @@ class ItemInLoop(Rule):
     ## Why is this bad?
     `.item()` copies a value from the GPU and makes the CPU wait until every queued kernel
     has finished: the CPU can no longer run ahead to queue the next step, and the GPU idles
-    while Python catches up. Reported effects vary widely: 4% on a small model
-    (LANfactory PR #120, RTX 3090), +5–7% from deferring one of two `.item()` per step
-    (fvdb-reality-capture PR #144), 1.18× from removing most host reads (fairchem PR
-    #2193, 8×B200), and "training loop time divided by 2" in a launch-bound loop (joliGEN
-    PR #374). On an H100 80GB (torch 2.11, `python benchmarks/rule_effects.py`; results in `benchmarks/results/h100/rule_effects/`), one `.item()` per step of a 5-layer MLP changed
-    the time of 20 steps by −2% to +4% (30.7 vs 31.4 ms at width 512, 94.8 vs 90.8 ms at
-    width 4096), within noise: a single sync per step costs little when the host has
+    while Python catches up. Reported effects vary widely: 4% on a small model (LANfactory
+    PR #120, RTX 3090), +5–7% from deferring one of two `.item()` per step
+    (fvdb-reality-capture PR #144), 1.18× from removing most host reads (fairchem PR #2193,
+    8×B200), and "training loop time divided by 2" in a launch-bound loop (joliGEN PR #374).
+    On an H100 80GB (torch 2.11, `python benchmarks/rule_effects.py`; results in
+    `benchmarks/results/h100/rule_effects/`), one `.item()` per step of a 5-layer MLP
+    changed the time of 20 steps by −2% to +4% (30.7 vs 31.4 ms at width 512, 94.8 vs 90.8
+    ms at width 4096), within noise: a single sync per step costs little when the host has
     nothing else to run ahead with. Expect 0–20%, the high end in loops with several syncs
     and host-side work between them. On a CPU-only run `.item()` costs nothing.
 
@@ -410,10 +406,11 @@ class EmptyCacheInLoop(Rule):
     PyTorch"). `gc.collect()` walks every Python object. Measured in peft PR #2894 over 250
     steps: removing a per-step `gc.collect()` went from 108 s to 65 s; calling
     `empty_cache()` every 10 steps instead of every step 65 s → 50 s; never, 45 s (with
-    reserved memory 12.0 → 22.1 GB). On an H100 80GB (torch 2.11, `python benchmarks/rule_effects.py`; results in `benchmarks/results/h100/rule_effects/`),
+    reserved memory 12.0 → 22.1 GB). On an H100 80GB (torch 2.11, `python
+    benchmarks/rule_effects.py`; results in `benchmarks/results/h100/rule_effects/`),
     `empty_cache()` after every bf16 conv-net step cost 9.26 ms against 8.47 ms without
-    (1.09×; 1.20× in a second run). transformers removed its per-step `empty_cache`
-    (issue #31372, PR #31530) and made it opt-in every N steps.
+    (1.09×; 1.20× in a second run). transformers removed its per-step `empty_cache` (issue
+    #31372, PR #31530) and made it opt-in every N steps.
 
     ## Example
     ```python

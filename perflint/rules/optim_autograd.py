@@ -115,12 +115,14 @@ class UnfusedOptimizer(Rule):
     GradScaler skip its per-step `.item()` sync. The end-to-end gain on GPUs is small:
     torchtitan PR #355 measured +1.5–2% MFU (Llama-3 8B, 8×A100), deepmd-kit PR #4463 an
     optimizer step of 22 → 8 ms (~3% end to end), and pytorch issue #121857 found fused
-    *slower* on an A40. On CPU (torch ≥ 2.4) the step itself is much faster: AdamW over
-    200 × 1k parameters took 79 ms with the for-loop, 44 ms foreach, 5.6 ms fused (torch
-    2.13, 2 cores, `research/rule-facts-repro/fused_adamw_cpu_bench.py`). On an H100 80GB (torch 2.11, `python benchmarks/rule_effects.py`; results in `benchmarks/results/h100/rule_effects/`),
-    `AdamW.step()` over 151M parameters in 144 tensors took 4.70 ms with the default
-    (foreach) and 1.62 ms fused (2.9×) — the optimizer step alone; what that is worth end
-    to end is its share of the step. Expect 0–3% on a GPU.
+    *slower* on an A40. On CPU (torch ≥ 2.4) the step itself is much faster: AdamW over 200
+    × 1k parameters took 79 ms with the for-loop, 44 ms foreach, 5.6 ms fused (torch 2.13, 2
+    cores, `research/rule-facts-repro/fused_adamw_cpu_bench.py`). On an H100 80GB (torch
+    2.11, `python benchmarks/rule_effects.py`; results in
+    `benchmarks/results/h100/rule_effects/`), `AdamW.step()` over 151M parameters in 144
+    tensors took 4.70 ms with the default (foreach) and 1.62 ms fused (2.9×) — the optimizer
+    step alone; what that is worth end to end is its share of the step. Expect 0–3% on a
+    GPU.
 
     ## Example
     ```python

@@ -407,13 +407,7 @@ def casts_to_low_precision(facts: Facts) -> bool:
 
 def enclosing_block(facts: Facts, node: cst.CSTNode) -> tuple[cst.CSTNode, int] | None:
     """(the IndentedBlock or Module whose body holds `node`'s statement, its index)."""
-    stmt = facts.statement_of(node)
-    parent = facts.parent(stmt)
-    if isinstance(parent, (cst.IndentedBlock, cst.Module)):
-        for i, s in enumerate(parent.body):
-            if s is stmt:
-                return parent, i
-    return None
+    return facts.block_of(node)
 
 
 def is_model_call(facts: Facts, call: cst.Call) -> bool:
@@ -830,12 +824,13 @@ class NoMixedPrecision(Rule):
 
     ## Why is this bad?
     Tensor cores run bf16/fp16 matmuls and convolutions far faster than fp32: the PyTorch
-    performance tuning guide says mixed precision "offers up to 3x overall speedup on Volta and
-    newer GPU architectures". On an H100 80GB (torch 2.11, `python benchmarks/rule_effects.py`; results in `benchmarks/results/h100/rule_effects/`): an 8-layer transformer training step (d 1024,
-    16 × 512 tokens) took 130.0 ms in fp32 and 22.8 ms under bf16 autocast (5.7×), while a
-    small BatchNorm conv net went only from 18.5 to 16.6 ms (1.11×) in NCHW — 7.2 ms once
-    it is also channels_last (PF408). The gain depends on how much of the step is
-    matmul/conv work.
+    performance tuning guide says mixed precision "offers up to 3x overall speedup on Volta
+    and newer GPU architectures". On an H100 80GB (torch 2.11, `python
+    benchmarks/rule_effects.py`; results in `benchmarks/results/h100/rule_effects/`): an
+    8-layer transformer training step (d 1024, 16 × 512 tokens) took 130.0 ms in fp32 and
+    22.8 ms under bf16 autocast (5.7×), while a small BatchNorm conv net went only from 18.5
+    to 16.6 ms (1.11×) in NCHW — 7.2 ms once it is also channels_last (PF408). The gain
+    depends on how much of the step is matmul/conv work.
 
     ## Example
     ```python
@@ -1120,10 +1115,11 @@ class Tf32NotEnabled(Rule):
     Since torch 1.12 fp32 matmuls run in full IEEE precision by default
     (`get_float32_matmul_precision() == "highest"`, `cuda.matmul.allow_tf32 == False`), so
     Ampere and newer GPUs leave their TF32 tensor cores unused for fp32 matmuls. cuDNN
-    convolutions already default to TF32 (`cudnn.allow_tf32 == True`), so the setting matters
-    for matmuls. On an H100 80GB (torch 2.11, `python benchmarks/rule_effects.py`; results in `benchmarks/results/h100/rule_effects/`), an
-    8192 × 8192 fp32 matmul took 21.2 ms at full precision and 3.1 ms with TF32 (6.9×); a
-    training step gains in proportion to its share of fp32 matmul time.
+    convolutions already default to TF32 (`cudnn.allow_tf32 == True`), so the setting
+    matters for matmuls. On an H100 80GB (torch 2.11, `python benchmarks/rule_effects.py`;
+    results in `benchmarks/results/h100/rule_effects/`), an 8192 × 8192 fp32 matmul took
+    21.2 ms at full precision and 3.1 ms with TF32 (6.9×); a training step gains in
+    proportion to its share of fp32 matmul time.
 
     ## Example
     ```python
@@ -1238,11 +1234,12 @@ class CudnnBenchmarkNotEnabled(Rule):
     With `benchmark = False` (the default) cuDNN picks convolution algorithms by heuristic;
     with `True` it times the candidates once per input shape and keeps the fastest. For
     fixed input shapes that is a one-off cost for faster convolutions; the gain is
-    workload-dependent. On an H100 80GB (torch 2.11, `python benchmarks/rule_effects.py`; results in `benchmarks/results/h100/rule_effects/`), a fp32
-    6-layer conv net training step took 9.64 ms either way (1.00×): the heuristic already
-    chose well there. Setting it together with determinism flags is
-    contradictory: the PyTorch reproducibility notes say reproducible runs need
-    `benchmark = False`, since the timed choice can differ from run to run.
+    workload-dependent. On an H100 80GB (torch 2.11, `python benchmarks/rule_effects.py`;
+    results in `benchmarks/results/h100/rule_effects/`), a fp32 6-layer conv net training
+    step took 9.64 ms either way (1.00×): the heuristic already chose well there. Setting it
+    together with determinism flags is contradictory: the PyTorch reproducibility notes say
+    reproducible runs need `benchmark = False`, since the timed choice can differ from run
+    to run.
 
     ## Example
     ```python
@@ -1510,9 +1507,11 @@ class ChannelsLastMissing(Rule):
     ## Why is this bad?
     Tensor-core convolutions prefer NHWC. The PyTorch memory-format tutorial reports "22%
     improvement in ResNet50 training speed" and "8-35% improvement across a selection of
-    models tested on a V100" with channels_last + AMP (quoted by the fastai docs). On an H100 80GB (torch 2.11, `python benchmarks/rule_effects.py`; results in `benchmarks/results/h100/rule_effects/`):
-    a bf16 conv net training step (batch 128, 128 × 128) took 16.7 ms in NCHW and 7.2 ms
-    in channels_last (2.3×). Grouped convolutions can hit slow paths instead.
+    models tested on a V100" with channels_last + AMP (quoted by the fastai docs). On an
+    H100 80GB (torch 2.11, `python benchmarks/rule_effects.py`; results in
+    `benchmarks/results/h100/rule_effects/`): a bf16 conv net training step (batch 128, 128
+    × 128) took 16.7 ms in NCHW and 7.2 ms in channels_last (2.3×). Grouped convolutions can
+    hit slow paths instead.
 
     ## Example
     ```python
@@ -1592,12 +1591,14 @@ class TensorCreatedThenMoved(Rule):
     `torch.from_numpy(a)` directly followed by `.cuda()` or `.to(<device>)`.
 
     ## Why is this bad?
-    The tensor is built in host memory, then copied: a pageable host-to-device copy that also
-    synchronizes. The performance tuning guide: "Instead of calling `torch.rand(size).cuda()`
-    … produce the output directly on the target device". Measured on CPU: `torch.randn(4e6)`
-    takes 26.7 ms before any copy. On an H100 80GB (torch 2.11, `python benchmarks/rule_effects.py`; results in `benchmarks/results/h100/rule_effects/`): `torch.zeros(4096, 4096).to("cuda")` took
-    14.8 ms and `torch.zeros(4096, 4096, device="cuda")` 0.023 ms; with `randn` 115.8 ms
-    against 0.042 ms (the CPU's random generation included).
+    The tensor is built in host memory, then copied: a pageable host-to-device copy that
+    also synchronizes. The performance tuning guide: "Instead of calling
+    `torch.rand(size).cuda()` … produce the output directly on the target device". Measured
+    on CPU: `torch.randn(4e6)` takes 26.7 ms before any copy. On an H100 80GB (torch 2.11,
+    `python benchmarks/rule_effects.py`; results in
+    `benchmarks/results/h100/rule_effects/`): `torch.zeros(4096, 4096).to("cuda")` took 14.8
+    ms and `torch.zeros(4096, 4096, device="cuda")` 0.023 ms; with `randn` 115.8 ms against
+    0.042 ms (the CPU's random generation included).
 
     ## Example
     ```python

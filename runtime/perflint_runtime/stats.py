@@ -133,11 +133,12 @@ def max_loss_divergence(reference: Sequence[float | None], other: Sequence[float
 
     A plain step-by-step relative difference turns noise into divergence once training
     drives the loss towards zero: on an H100 the image-classifier workload reached losses of
-    0.003–0.03 by step 100, where three runs of the unmodified script differed from each
-    other by up to 33% at single steps, and its bf16 version by 65%, while the curves
-    agreed to the eye (`benchmarks/results/h100/long/image_classifier.json`).  Against the
-    loss scale, window by window, the same runs differ by under 0.5%; a fix that stops
-    training from converging still shows as the gap between the losses it reaches.
+    0.003–0.04 by step 100, where three runs of the unmodified script differed from each
+    other by up to 34% at single steps, and its perflint-fixed (bf16) version from the
+    original by up to 69%, while the curves agreed to the eye
+    (`benchmarks/results/h100/long/image_classifier.json`).  Against the loss scale, window
+    by window, the same pairs differ by at most 0.21% and 0.72%; a fix that stops training
+    from converging still shows as the gap between the losses it reaches.
 
     None when no step has both losses.
     """
