@@ -53,9 +53,14 @@ class Cache:
         except (OSError, ValueError):
             self.entries = {}
 
-    def get(self, key: str, sha: str) -> list[Diagnostic] | None:
+    def get(self, key: str, sha: str, digest_of=None) -> list[Diagnostic] | None:
+        """The cached diagnostics of a file whose bytes hash to `sha`, while the answers to the
+        questions its analysis asked of its project still hash the same (`digest_of(questions)`)."""
         entry = self.entries.get(key)
         if not isinstance(entry, dict) or entry.get("sha") != sha:
+            return None
+        questions = entry.get("q") or []
+        if questions and (digest_of is None or digest_of(questions) != entry.get("a")):
             return None
         try:
             out = [Diagnostic.from_dict(d) for d in entry["diagnostics"]]
@@ -64,8 +69,11 @@ class Cache:
         self.hits += 1
         return out
 
-    def put(self, key: str, sha: str, diagnostics: list[Diagnostic]) -> None:
-        self.entries[key] = {"sha": sha, "diagnostics": [d.to_dict() for d in diagnostics]}
+    def put(self, key: str, sha: str, diagnostics: list[Diagnostic], questions=(), answers: str | None = None) -> None:
+        entry = {"sha": sha, "diagnostics": [d.to_dict() for d in diagnostics]}
+        if questions:
+            entry["q"], entry["a"] = list(questions), answers
+        self.entries[key] = entry
         self.dirty = True
 
     def save(self) -> None:

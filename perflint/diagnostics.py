@@ -130,3 +130,8 @@ class FileResult:
     fixes_applied: dict[str, int] = field(default_factory=dict)
     from_cache: bool = False
     skipped: bool = False  # the prefilter proved no selected rule can fire
+    # Cross-module analysis: the file's module summary (when asked for), the questions its
+    # analysis asked of the project, and whether any of them had an answer.
+    summary: dict | None = None
+    questions: list[str] = field(default_factory=list)
+    project_relevant: bool = False

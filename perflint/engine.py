@@ -18,6 +18,7 @@ import os
 import traceback
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from perflint import __version__
@@ -151,14 +152,14 @@ def syntax_check(text: str, path: str) -> FileError | None:
     return _parse(text, path)[1]
 
 
-def _analyze(text: str, path: str, rules, target) -> _Analysis | FileError:
-    from perflint.facts import Facts
+def _analyze(text: str, path: str, rules, target, project=None) -> _Analysis | FileError:
+    from perflint.analysis import Facts
 
     module, err = _parse(text, path)
     if err is not None:
         return err
     try:
-        facts = Facts(module, target)
+        facts = Facts(module, target, project)
     except RecursionError:
         return FileError(path, ErrorKind.INTERNAL, "file too deeply nested to analyse")
     findings = []
@@ -202,6 +203,9 @@ def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOp
         if src.notebook is not None:
             cell, row = src.notebook.locate(row)
             _, erow = src.notebook.locate(erow)
+        message = v.message
+        if analysis.facts.step_callers and rule.code in PER_STEP_CODES:
+            message += _called_from(analysis.facts, v.node)
         fix = None
         if v.fix is not None:
             edits: tuple[Edit, ...] = ()
@@ -212,7 +216,7 @@ def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOp
             Diagnostic(
                 code=rule.code,
                 name=rule.name,
-                message=v.message,
+                message=message,
                 severity=rule.severity,
                 location=Location(row, col),
                 end_location=Location(erow, ecol),
@@ -222,6 +226,23 @@ def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOp
         )
     out.sort(key=lambda d: d.sort_key)
     return _dedupe(out)
+
+
+# Rules whose findings are about code that runs on every step of a loop.
+PER_STEP_CODES = frozenset({"PF105", "PF201", "PF202", "PF203", "PF204", "PF409"})
+
+
+def _called_from(facts, node) -> str:
+    """" (runs once per step: called from train.py:212)" for a finding inside a function
+    that a loop in another file calls on every step."""
+    info = facts.iteration_context(node)
+    caller = facts.step_callers.get(info.node) if info is not None else None
+    if caller is None:
+        return ""
+    path, line = caller[0], caller[1]
+    root = getattr(getattr(facts.project, "index", None), "root", None)
+    shown = os.path.relpath(path, root) if root else os.path.basename(path)
+    return f" (runs once per step: called from {Path(shown).as_posix()}:{line})"
 
 
 def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
@@ -317,13 +338,21 @@ def _load(path: str, raw: bytes | None) -> Source | FileError:
         return FileError(path, ErrorKind(exc.kind), exc.message)
 
 
-def lint_bytes(path: str, raw: bytes | None, options: LintOptions) -> FileResult:
+def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None, summarise: bool = False) -> FileResult:
+    """Lint one file.  `project` is its `ProjectView` (cross-module questions are asked of it
+    and recorded in `result.questions`); with `summarise`, `result.summary` is the file's
+    module summary for the other files of its project."""
     result = FileResult(path=path)
     src = _load(path, raw)
     if isinstance(src, FileError):
         result.errors.append(src)
         return result
     rules = _rules_for(options)
+    if summarise and src.notebook is None:
+        analysis = _analyze(src.text, path, rules, options.target_torch, project)
+        if not isinstance(analysis, FileError):
+            result.summary = _summary_of(analysis, src.text)
+        return _finish(result, src, analysis, options, project)
     if options.prefilter and not any(tok in src.raw for tok in prefilter_tokens(rules)):
         # No selected rule can fire; a syntax error must still be reported.
         result.skipped = True
@@ -331,7 +360,12 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions) -> FileResult
         if err is not None:
             result.errors.append(_in_cell(err, src))
         return result
-    analysis = _analyze(src.text, path, rules, options.target_torch)
+    analysis = _analyze(src.text, path, rules, options.target_torch, project)
+    return _finish(result, src, analysis, options, project)
+
+
+def _finish(result: FileResult, src: Source, analysis, options: LintOptions, project) -> FileResult:
+    path = result.path
     if isinstance(analysis, FileError):
         result.errors.append(_in_cell(analysis, src))
         return result
@@ -340,7 +374,33 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions) -> FileResult
         result.diagnostics = _to_diagnostics(src, src.text, analysis, options)
     except Exception as exc:  # noqa: BLE001
         result.errors.append(FileError(path, ErrorKind.INTERNAL, f"reporting failed ({type(exc).__name__}: {exc}); {BUG_HINT}"))
+    if project is not None:
+        result.questions = sorted(project.asked)
+        result.project_relevant = project.relevant()
     return result
+
+
+def _summary_of(analysis: _Analysis, text: str) -> dict | None:
+    from perflint.analysis.summary import summarise
+    from perflint.positions import LineIndex, node_offsets
+
+    facts = analysis.facts
+    module = analysis.module
+    state: dict = {}
+
+    def lines(node) -> int:
+        if "offsets" not in state:
+            # The calls that run per step: their lines are needed, computed in one pass.
+            wanted = [c for c in facts.calls() if facts.iteration_context(c) is not None]
+            state["offsets"] = node_offsets(module, wanted)
+            state["lines"] = LineIndex(text)
+        got = state["offsets"].get(node)
+        return state["lines"].row_col(got[0])[0] if got else 0
+
+    try:
+        return summarise(facts, lines)
+    except RecursionError:
+        return None
 
 
 def _in_cell(err: FileError, src: Source) -> FileError:
@@ -367,6 +427,7 @@ def fix_text(
     unsafe: bool,
     suppressions_text: str | None = None,
     fixable: Callable[[str], bool] | None = None,
+    project=None,
 ) -> tuple[str, dict[str, int], list[FileError]]:
     """Apply fixes to a fixed point. Returns (new text, fixes applied by code, errors).
 
@@ -379,7 +440,7 @@ def fix_text(
     errors: list[FileError] = []
     broken: set[str] = set()  # rules whose fix produced code that does not parse
     for _ in range(MAX_FIX_PASSES):
-        analysis = _analyze(text, path, rules, options.target_torch)
+        analysis = _analyze(text, path, rules, options.target_torch, project)
         if isinstance(analysis, FileError):
             errors.append(analysis)
             return text, applied, errors
@@ -446,7 +507,7 @@ def fix_text(
     return text, applied, errors
 
 
-def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, fixable=None) -> FileResult:
+def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, fixable=None, project=None) -> FileResult:
     result = FileResult(path=path)
     src = _load(path, raw)
     if isinstance(src, FileError):
@@ -460,7 +521,7 @@ def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, 
         if err is not None:
             result.errors.append(_in_cell(err, src))
         return result
-    new_text, applied, errors = fix_text(src.text, path, options, unsafe, fixable=fixable)
+    new_text, applied, errors = fix_text(src.text, path, options, unsafe, fixable=fixable, project=project)
     if any(e.kind is ErrorKind.SYNTAX for e in errors):
         result.errors.extend(_in_cell(e, src) for e in errors)
         return result
@@ -485,7 +546,7 @@ def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, 
             result.errors.append(src2)
             return result
         src = src2
-    analysis = _analyze(src.text, path, rules, options.target_torch)
+    analysis = _analyze(src.text, path, rules, options.target_torch, project)
     if isinstance(analysis, FileError):
         result.errors.append(_in_cell(analysis, src))
         return result
@@ -526,6 +587,22 @@ class Job:
     unsafe: bool = False
     raw: bytes | None = None
     fixable: frozenset[str] | None = None
+    # Cross-module analysis: the project root whose index (`PROJECTS`) answers this file's
+    # questions, and whether to return the file's module summary.
+    root: str | None = None
+    summarise: bool = False
+
+
+# Project indexes by root, set before the worker processes are forked (they inherit them).
+PROJECTS: dict = {}
+
+
+def _view(job: Job):
+    if job.root is None:
+        return None
+    from perflint.analysis.project import ProjectView
+
+    return ProjectView(PROJECTS.get(job.root), job.path)
 
 
 def _fixable_pred(job: Job):
@@ -538,8 +615,8 @@ def _fixable_pred(job: Job):
 def run_job(job: Job) -> FileResult:
     try:
         if job.fix:
-            return fix_bytes(job.path, job.raw, job.options, job.unsafe, fixable=_fixable_pred(job))
-        return lint_bytes(job.path, job.raw, job.options)
+            return fix_bytes(job.path, job.raw, job.options, job.unsafe, fixable=_fixable_pred(job), project=_view(job))
+        return lint_bytes(job.path, job.raw, job.options, project=_view(job), summarise=job.summarise)
     except RecursionError:
         return FileResult(path=job.path, errors=[FileError(job.path, ErrorKind.INTERNAL, "too deeply nested to analyse")])
     except Exception as exc:  # noqa: BLE001
@@ -553,7 +630,7 @@ def preload() -> None:
     """Import the rules (and libcst) once, before worker processes are forked from us."""
     from perflint.rules import all_rules
 
-    import perflint.facts  # noqa: F401
+    import perflint.analysis  # noqa: F401
     import perflint.positions  # noqa: F401
 
     all_rules()

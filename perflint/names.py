@@ -90,6 +90,11 @@ class ImportTable:
 
     def __init__(self) -> None:
         self.aliases: dict[str, str] = {}
+        # Imports that can only name the project's own modules, kept apart so that they
+        # never resolve as library names: `from .engine import train` → "train":
+        # ".engine.train"; `from . import utils` → "utils": ".utils"; star imports.
+        self.relative: dict[str, str] = {}
+        self.stars: list[str] = []
 
     def add_import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -104,10 +109,24 @@ class ImportTable:
                 self.aliases.setdefault(head, head)
 
     def add_import_from(self, node: cst.ImportFrom) -> None:
-        if node.relative:  # `from . import x`: a project module, never torch
-            return
         module = _module_name(node.module)
-        if module is None or isinstance(node.names, cst.ImportStar):
+        if node.relative:  # `from . import x`: a project module, never torch
+            prefix = "." * len(node.relative) + (module or "")
+            if isinstance(node.names, cst.ImportStar):
+                self.stars.append(prefix)
+                return
+            for alias in node.names:
+                if isinstance(alias.name, cst.Name):
+                    local = alias.name.value
+                    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                        local = alias.asname.name.value
+                    sep = "." if module else ""
+                    self.relative[local] = f"{prefix}{sep}{alias.name.value}"
+            return
+        if module is None:
+            return
+        if isinstance(node.names, cst.ImportStar):
+            self.stars.append(module)
             return
         for alias in node.names:
             if not isinstance(alias.name, cst.Name):

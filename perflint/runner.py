@@ -17,6 +17,7 @@ from perflint.config import Resolver, Settings
 from perflint.diagnostics import ErrorKind, FileError, FileResult, Severity
 from perflint.discovery import discover
 from perflint.engine import Job, LintOptions, default_workers, run_jobs
+from perflint.projectrun import ProjectPhase
 from perflint.selection import fixable_codes, ignored_for_path, selected_codes, severity_of, write_snapshot
 from perflint.source import SourceError, atomic_write, read_bytes
 
@@ -105,6 +106,10 @@ def run(
     results: dict[str, FileResult] = {}
     order: list[str] = []
     memo: dict = {}
+    raws: dict[str, bytes] = {}
+    unsafe_for: dict[str, bool] = {}
+    settings_for: dict[str, Settings] = {}
+    options_of: dict[str, LintOptions] = {}
     for path, settings in found.files:
         key = str(path)
         order.append(key)
@@ -116,13 +121,49 @@ def run(
             continue
         want_unsafe = settings.unsafe_fixes if unsafe is None else unsafe
         outcome.unsafe_any = outcome.unsafe_any or want_unsafe
+        raws[key], unsafe_for[key], settings_for[key], options_of[key] = raw, want_unsafe, settings, options
+        shas[key] = digest(raw)
         if use_cache:
             fp = options.fingerprint()
             fingerprints[key] = fp
-            cache = caches.get(fp) or caches.setdefault(fp, Cache(cache_dir(), fp))
-            sha = digest(raw)
-            shas[key] = sha
-            hit = cache.get(os.path.abspath(key), sha)
+            caches.get(fp) or caches.setdefault(fp, Cache(cache_dir(), fp))
+
+    workers = jobs if jobs and jobs > 0 else default_workers()
+    started = {"done": False}
+
+    def on_start_for(n: int):
+        if progress is None or started["done"]:
+            return None
+        started["done"] = True
+        return lambda: progress(n)
+
+    # Phase 1: the project model.  Checked files whose summary is not cached get their first
+    # lint and their summary from one parse; other project files the checks need are
+    # summarised; then each root's index is built.
+    proj = ProjectPhase(list(raws), raws, shas, paths, use_cache, options_of)
+    first: dict[str, FileResult] = {}
+    phase1 = proj.first_jobs(fix)
+    n_first = len(phase1)
+    for r in run_jobs(phase1, workers, on_start=on_start_for(n_first) if n_first else None):
+        proj.take(r)
+        if not fix:
+            first[r.path] = r
+    proj.complete(workers)
+
+    # Phase 2: answers from the cache, from the first lint, or a (re-)check with the project.
+    for key in list(raws):
+        options = options_of[key]
+        view_root = proj.root_of(key)
+        if not fix and key in first:
+            r = first[key]
+            if r.errors or not proj.relevant(key, r.questions):
+                results[key] = r
+                if r.skipped:
+                    outcome.skipped += 1
+                continue
+        elif use_cache and key in fingerprints:
+            cache = caches[fingerprints[key]]
+            hit = cache.get(os.path.abspath(key), shas[key], lambda q, key=key: proj.digest(key, q))
             # When fixing, only a file known to have no findings can be answered from
             # the cache: there is nothing to fix in it.
             if hit is not None and (not fix or not hit):
@@ -130,11 +171,10 @@ def run(
                 outcome.cached += 1
                 continue
         pending.append(
-            Job(path=key, options=options, fix=fix, unsafe=want_unsafe, raw=raw, fixable=fixable_codes(settings))
+            Job(path=key, options=options, fix=fix, unsafe=unsafe_for[key], raw=raws[key],
+                fixable=fixable_codes(settings_for[key]), root=view_root)
         )
-    workers = jobs if jobs and jobs > 0 else default_workers()
-    on_start = (lambda: progress(len(pending))) if progress else None
-    for r in run_jobs(pending, workers, on_start=on_start):
+    for r in run_jobs(pending, workers, on_start=on_start_for(len(pending)) if n_first == 0 else None):
         results[r.path] = r
         if r.skipped:
             outcome.skipped += 1
@@ -152,9 +192,11 @@ def run(
                 sha = digest(r.fixed_bytes)
             else:
                 sha = shas[r.path]
-            caches[fingerprints[r.path]].put(os.path.abspath(r.path), sha, r.diagnostics)
+            caches[fingerprints[r.path]].put(os.path.abspath(r.path), sha, r.diagnostics,
+                                             r.questions, proj.digest(r.path, r.questions))
         for c in caches.values():
             c.save()
+        proj.save()
         write_snapshot()
     outcome.results = [results[k] for k in order if k in results]
     return outcome

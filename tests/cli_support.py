@@ -120,7 +120,7 @@ def names_matching(facts, pattern: str):
 
     import libcst as cst
 
-    from perflint.facts import iter_nodes
+    from perflint.analysis import iter_nodes
 
     for node in iter_nodes(facts.module):
         if isinstance(node, cst.Name) and re.fullmatch(pattern, node.value):

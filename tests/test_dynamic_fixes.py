@@ -195,7 +195,10 @@ result = (losses, [p.grad for p in model.parameters()])
 
 
 def test_pf302_fused_adamw_within_tolerance_on_cpu():
-    src = TRAIN.replace("torch.optim.SGD(model.parameters(), lr=0.1)", "torch.optim.AdamW(model.parameters(), lr=1e-2)") + """
+    # The model is moved with `.cuda()` only (no `.to(device)`), so the fix writes a plain
+    # `fused=True`, which this runs on the CPU (torch >= 2.4).
+    src = TRAIN.replace("torch.optim.SGD(model.parameters(), lr=0.1)", "torch.optim.AdamW(model.parameters(), lr=1e-2)") \
+        .replace(").to(device)\n", ")\n") + """
 model = model.cuda() if False else model
 losses = []
 for x, y in DataLoader(ds, batch_size=16):

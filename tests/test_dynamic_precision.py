@@ -303,6 +303,67 @@ def test_pf403_fix_wraps_forward_and_still_converges():
     assert abs(bf16[-1] - fp32[-1]) < 0.05  # stated tolerance on the final loss
 
 
+DEVICE_OPTION_SRC = """
+import argparse
+
+import torch
+import torch.nn as nn
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--device", default="cuda")
+args = parser.parse_args()
+device = torch.device(args.device)
+torch.manual_seed(0)
+X = torch.randn(256, 16)
+Y = (X @ torch.randn(16, 1) > 0).float()
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)).to(device)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+criterion = nn.BCEWithLogitsLoss()
+
+
+def train_step(x, y):
+    x, y = x.to(args.device), y.to(args.device)
+    opt.zero_grad()
+    out = model(x)
+    loss = criterion(out, y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+for step in range(40):
+    x, y = X.to(device), Y.to(device)
+    opt.zero_grad()
+    out = model(x)
+    loss = criterion(out, y)
+    loss.backward()
+    opt.step()
+last = train_step(X, Y)
+print("dtype", out.dtype, "fused", bool(opt.param_groups[0]["fused"]), "loss", float(last))
+"""
+
+
+def test_pf403_pf302_fixes_follow_the_scripts_device_option(tmp_path):
+    """With `--device cpu` the fixed script runs as before: autocast and `fused` are enabled
+    only when the script's own device is CUDA (no "CUDA is not available" warning)."""
+    fixed = _fix(DEVICE_OPTION_SRC, "PF403", unsafe=True)
+    fixed = fix_source(fixed, unsafe=True, codes=["PF302"])
+    assert 'with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):' in fixed
+    assert 'enabled=torch.device(args.device).type == "cuda"):' in fixed
+    assert 'lr=1e-2, fused=device.type == "cuda")' in fixed
+    runs = {}
+    for name, src in (("before", textwrap.dedent(DEVICE_OPTION_SRC)), ("after", fixed)):
+        path = tmp_path / f"{name}.py"
+        path.write_text(src)
+        out = subprocess.run([sys.executable, "-W", "always", str(path), "--device", "cpu"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "CUDA is not available" not in out.stderr, out.stderr[-2000:]
+        runs[name] = out.stdout.strip()
+    assert runs["after"] == runs["before"]  # fp32, unfused on the CPU: the same numbers
+    assert runs["after"].startswith("dtype torch.float32 fused False")
+
+
 # ----------------------------------------------------------------------------------------
 # PF404 — fp16 without a GradScaler (guard: why bf16 is exempt)
 # ----------------------------------------------------------------------------------------
@@ -345,11 +406,11 @@ for step in range(3):
 
 def test_pf405_pf406_fixes_insert_one_legacy_setting_each_and_run():
     fixed = fix_source(textwrap.dedent(SETTINGS_SRC), unsafe=True, codes=["PF405", "PF406"])
-    head = fixed.strip().split("\n\n")[0]
-    assert head == (
-        "import torch\nimport torch.nn as nn\n"
-        'torch.set_float32_matmul_precision("high")\ntorch.backends.cudnn.benchmark = True'
-    )
+    # After the imports, set off by a blank line, the second setting next to the first.
+    assert fixed.strip().split("\n\n")[:2] == [
+        "import torch\nimport torch.nn as nn",
+        'torch.backends.cudnn.benchmark = True\ntorch.set_float32_matmul_precision("high")',
+    ]
     assert "fp32_precision" not in fixed and "allow_tf32" not in fixed
     saved = torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark
     try:

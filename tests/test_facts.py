@@ -7,7 +7,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from perflint.facts import Facts, call_name
+from perflint.analysis import Facts, call_name
 
 
 def facts_of(src: str, target=(2, 4)) -> Facts:
@@ -330,7 +330,7 @@ def test_grad_context_through_with_and_decorators():
 
 
 def _names(node):
-    from perflint.facts import iter_nodes
+    from perflint.analysis import iter_nodes
 
     seen = {}
     for n in iter_nodes(node):

@@ -148,8 +148,8 @@ def test_all_fixes_together_parse_and_settle(unsafe):
     assert "torch.zeros(10, device=device)" in fixed
     if unsafe:
         for piece in (
-            'from torch.utils.data import DataLoader, TensorDataset\nimport scipy.signal\n'
-            'torch.set_float32_matmul_precision("high")\ntorch.backends.cudnn.benchmark = True\n\n',
+            'from torch.utils.data import DataLoader, TensorDataset\nimport scipy.signal\n\n'
+            'torch.backends.cudnn.benchmark = True\ntorch.set_float32_matmul_precision("high")\n\n',
             "F.relu(self.bn(self.conv(x)), inplace=True)",
             'with torch.autocast("cuda", dtype=torch.bfloat16):\n            out = model(x) + bias\n'
             "            loss = F.cross_entropy(out, y)\n        loss.backward()",

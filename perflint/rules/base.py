@@ -14,7 +14,7 @@ from typing import ClassVar, Iterator
 import libcst as cst
 
 from perflint.diagnostics import Applicability, Severity
-from perflint.facts import Facts
+from perflint.analysis import Facts
 
 Version = tuple[int, int]
 

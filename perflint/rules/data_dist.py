@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from perflint.edits import code, parse_expr, remove_arg
-from perflint.facts import Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
+from perflint.analysis import Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation
 from perflint.rules.precision import (

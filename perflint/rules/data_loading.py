@@ -9,7 +9,7 @@ import libcst as cst
 
 from perflint.diagnostics import Severity
 from perflint.edits import add_arg, make_kwarg, remove_arg, replace_arg_value
-from perflint.facts import DATALOADER, NOT_LITERAL, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
+from perflint.analysis import DATALOADER, NOT_LITERAL, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.names import dotted
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation

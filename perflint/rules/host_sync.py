@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from perflint.facts import Facts, call_name, iter_nodes
+from perflint.analysis import Facts, call_name, iter_nodes
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation
 
@@ -15,6 +15,119 @@ _ON_DEVICE_HINT = (
     "accumulate on the device (`running += loss.detach()`) and read it once per log "
     "interval (`if step % 50 == 0: print(running.item() / 50)`)"
 )
+_LOSS_HINT = (
+    "accumulate the loss on the device (`running += loss.detach()`) and call `.item()` once per "
+    "epoch or log interval (`if step % 50 == 0: print(running.item() / 50)`)"
+)
+_COUNT_HINT = (
+    "accumulate the count on the device (`correct += (pred == y).sum()`, from "
+    "`torch.zeros((), dtype=torch.long, device=device)`) and call `.item()` once after the loop"
+)
+_RATE_HINT = (
+    "sum the matches on the device instead (`correct += (pred == y).sum()`) and divide once "
+    "after the loop (`correct.item() / total`)"
+)
+_BRANCH_HINT = (
+    "the branch condition needs the value on the host, so as written every iteration waits: "
+    "test it only every N steps (`if step % 100 == 0`), or keep the condition on the device as "
+    "a tensor flag (`bad |= ~torch.isfinite(value)`) and read the flag once per log interval"
+)
+_GENERIC_HINT = (
+    "keep the value on the device (`.detach()`) and convert once per log interval, e.g. collect "
+    "the per-step tensors and read them together (`torch.stack(values).tolist()`)"
+)
+_REDUCTIONS = {"sum", "mean", "count_nonzero", "float", "double", "int", "long", "half", "detach", "nansum", "nanmean"}
+_COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge", "isclose", "logical_not", "logical_and", "logical_or"}
+
+
+def _in_condition(facts: Facts, node: cst.CSTNode) -> bool:
+    """`node` is read by the test of an `if`/`while`/conditional expression/`assert`."""
+    cur = node
+    for parent in facts.ancestors(node):
+        if isinstance(parent, (cst.If, cst.While, cst.IfExp)) and cur is parent.test:
+            return True
+        if isinstance(parent, cst.Assert) and cur is parent.test:
+            return True
+        if isinstance(parent, (cst.BaseSuite, cst.SimpleStatementLine)):
+            return False
+        cur = parent
+    return False
+
+
+def _feeds_condition(facts: Facts, call: cst.Call) -> bool:
+    """The value decides a branch: `if loss.item() > 10:`, or `v = loss.item()` followed in
+    the same block by `if not math.isfinite(v):`."""
+    outer: cst.CSTNode = call
+    for c in _outer_chain(facts, call):
+        outer = c
+    if _in_condition(facts, outer):
+        return True
+    parent = facts.parent(outer)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+        name = parent.targets[0].target.value
+        where = facts.block_of(parent)
+        if where is None:
+            return False
+        block, i = where
+        for st in list(block.body)[i + 1:]:
+            test = st.test if isinstance(st, (cst.If, cst.While)) else None
+            if test is not None and any(isinstance(n, cst.Name) and n.value == name for n in iter_nodes(test)):
+                return True
+    return False
+
+
+def _single_value(facts: Facts, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """What a name stands for when it is bound once (`acc = (p == y).float().mean()`)."""
+    if isinstance(expr, cst.Name):
+        bs = facts.lookup(expr.value, expr)
+        if len(bs) == 1 and bs[0].how == "expr" and isinstance(bs[0].node, cst.BaseExpression):
+            return bs[0].node
+    return expr
+
+
+def _match_count(expr: cst.BaseExpression) -> str | None:
+    """"count" for `(p == y).sum()` / `p.eq(y).sum()`, "rate" for `(p == y).float().mean()`."""
+    reductions: list[str] = []
+    cur = expr
+    while isinstance(cur, cst.Call) and isinstance(cur.func, cst.Attribute) and cur.func.attr.value in _REDUCTIONS:
+        reductions.append(cur.func.attr.value)
+        cur = cur.func.value
+    compares = isinstance(cur, cst.Comparison) or (
+        isinstance(cur, cst.Call) and isinstance(cur.func, cst.Attribute) and cur.func.attr.value in _COMPARISONS
+    )
+    if not compares or not ({"sum", "mean", "count_nonzero", "nansum", "nanmean"} & set(reductions)):
+        return None
+    return "rate" if {"mean", "nanmean"} & set(reductions) else "count"
+
+
+def _is_loss(facts: Facts, expr: cst.BaseExpression) -> bool:
+    cur = expr
+    while isinstance(cur, cst.Call) and isinstance(cur.func, cst.Attribute) and cur.func.attr.value in ("detach", "mean", "sum", "float", "cpu"):
+        cur = cur.func.value
+    while isinstance(cur, cst.Subscript):
+        cur = cur.value  # `loss_fn(...)[0]`: the first output of a loss function
+    if "loss" in facts.kinds(cur):
+        return True
+    if isinstance(cur, cst.Call):
+        return "loss" in (call_name(cur) or "").lower()
+    text = facts.receiver_text(cur) if isinstance(cur, (cst.Name, cst.Attribute)) else None
+    return text is not None and "loss" in text.rsplit(".", 1)[-1].lower()
+
+
+def _advice(facts: Facts, call: cst.Call) -> str:
+    """What to do instead, for the value at hand: a branch condition, a count or accuracy,
+    a loss, or anything else."""
+    recv = call.func.value if isinstance(call.func, cst.Attribute) else call
+    if _feeds_condition(facts, call):
+        return _BRANCH_HINT
+    kind = _match_count(_single_value(facts, recv))
+    if kind == "count":
+        return _COUNT_HINT
+    if kind == "rate":
+        return _RATE_HINT
+    if _is_loss(facts, recv):
+        return _LOSS_HINT
+    return _GENERIC_HINT
 
 
 def _outer_chain(facts: Facts, call: cst.Call) -> Iterator[cst.Call]:
@@ -198,6 +311,13 @@ class ItemInLoop(Rule):
             print(running.item() / 50)
             running.zero_()
     ```
+    The message fits the value read: for a loss, accumulate `loss.detach()` and call
+    `.item()` once per epoch or log interval; for a count or accuracy (a comparison summed or
+    averaged, `(pred == y).sum()`, `pred.eq(y).sum()`), accumulate the count on the device
+    and convert once after the loop; for a value that decides a branch
+    (`if loss.item() > limit:`, or a name assigned from it and tested next), the branch
+    needs the host value, so test it every N steps or keep the condition as a device-side
+    flag; anything else: keep it on the device and convert once per log interval.
 
     ## Fix safety
     No fix. Turning `total += loss.item()` into `total += loss.detach()` changes a float
@@ -234,7 +354,7 @@ class ItemInLoop(Rule):
             where = "training" if ctx.kind == "train" else "evaluation"
             yield Violation(
                 call.func.attr,
-                f"`.item()` on every iteration of the {where} loop waits for the GPU; " + _ON_DEVICE_HINT,
+                f"`.item()` on every iteration of the {where} loop waits for the GPU; " + _advice(facts, call),
             )
 
 

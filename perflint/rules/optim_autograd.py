@@ -8,9 +8,10 @@ import libcst as cst
 
 from perflint.diagnostics import Severity
 from perflint.edits import add_arg, make_kwarg, parse_expr, parse_stmt, replace_arg_value
-from perflint.facts import Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
+from perflint.analysis import Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation
+from perflint.rules.precision import script_device
 
 
 def _torch_prefix(facts: Facts) -> str | None:
@@ -139,7 +140,13 @@ class UnfusedOptimizer(Rule):
     `fused=True` raises for non-floating-point or unsupported-device parameters and with
     `differentiable=True`, and before torch 2.4 it raises for parameters on the CPU. The
     fix is offered for target torch ≥ 2.4, or ≥ 2.0 when the model is moved with
-    `.cuda()`. SGD is never flagged: fused SGD with a GradScaler reads an uninitialised
+    `.cuda()` or, before the optimizer is built, to the script's device. When the model is moved to the script's own device (`.to(device)`,
+    `.to(args.device)`) and that device may not be CUDA, the fix writes
+    `fused=device.type == "cuda"` (`fused=torch.device(args.device).type == "cuda"` for a
+    string option): fused on CUDA, and on the CPU the same for-loop update as the default
+    (`fused=False` is accepted on every device since torch 2.0; on xpu/mtia it also turns
+    off the foreach default). `fused=True` stays when the model is moved with `.cuda()` or
+    no device expression is bound at the optimizer. SGD is never flagged: fused SGD with a GradScaler reads an uninitialised
     momentum buffer after a skipped first step (reproduced on CPU with torch 2.13; the same
     failure was reported on CUDA in LibreYOLO PR #771). Third-party optimizers are left
     alone.
@@ -172,8 +179,15 @@ class UnfusedOptimizer(Rule):
             if diff is not None and literal_value(diff.value) is not False:
                 continue
             fix = None
-            if facts.target_torch >= (2, 4) or (facts.target_torch >= (2, 0) and self._model_on_cuda(facts)):
-                fix = self.unsafe("Add `fused=True`", {call: add_arg(call, make_kwarg("fused", "True"))})
+            # The script's own device when it may not be CUDA: fused only there.
+            test, move = script_device(facts, call, facts.enclosing_function(call), models_only=True)
+            # Before 2.4 `fused=True` needs the parameters on CUDA when the optimizer is built:
+            # a model moved to the tested device before this call has them there.
+            moved_before = test is not None and move is not None and facts.order[move] < facts.order[call] \
+                and facts.scope_of(move) is facts.scope_of(call)
+            if facts.target_torch >= (2, 4) or (facts.target_torch >= (2, 0) and (self._model_on_cuda(facts) or moved_before)):
+                value = test or "True"
+                fix = self.unsafe(f"Add `fused={value}`", {call: add_arg(call, make_kwarg("fused", value))})
             short = q.rsplit(".", 1)[-1]
             yield Violation(
                 call,

@@ -9,7 +9,7 @@ import libcst as cst
 
 from perflint.diagnostics import Severity
 from perflint.edits import add_arg, keywordize, make_kwarg, parse_expr, prepend_arg
-from perflint.facts import NOT_LITERAL, Binding, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
+from perflint.analysis import NOT_LITERAL, Binding, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.names import dotted
 from perflint.rules import register
 from perflint.rules.base import FixPlan, Rule, Violation
@@ -236,7 +236,7 @@ def _names_in(facts: Facts, names: set[str]) -> Iterator[cst.Name]:
 
 
 # ----------------------------------------------------------------------------------------
-# Shared helpers for PF401–PF409 and PF5 (candidates for `perflint.facts`)
+# Shared helpers for PF401–PF409 and PF5 (candidates for `perflint.analysis`)
 # ----------------------------------------------------------------------------------------
 
 def words(facts: Facts):
@@ -312,6 +312,80 @@ def insert_after_imports(facts: Facts, code_line: str, after_settings: bool = Tr
     return {anchor: cst.FlattenSentinel([anchor, new])}
 
 
+def _importish(stmt: cst.CSTNode) -> bool:
+    """An import line, or a `try`/`if` block of simple statements that imports something
+    (`try: import wandb` / `except ImportError: wandb = None`, `if TYPE_CHECKING: ...`)."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+    blocks: list[cst.BaseSuite] = []
+    if isinstance(stmt, (cst.Try, cst.TryStar)):
+        blocks = [stmt.body, *(h.body for h in stmt.handlers)]
+        blocks += [x.body for x in (stmt.orelse, stmt.finalbody) if x is not None]
+    elif isinstance(stmt, cst.If):
+        blocks = [stmt.body]
+        orelse = stmt.orelse
+        while orelse is not None:
+            blocks.append(orelse.body)
+            orelse = orelse.orelse if isinstance(orelse, cst.If) else None
+    else:
+        return False
+    stmts = [s for b in blocks for s in (b.body if isinstance(b, cst.IndentedBlock) else [b])]
+    if not all(isinstance(s, cst.SimpleStatementLine) for s in stmts):
+        return False
+    first = blocks[0].body if isinstance(blocks[0], cst.IndentedBlock) else [blocks[0]]
+    if isinstance(stmt, cst.If):
+        # Only imports in every branch (`if TYPE_CHECKING:`), never `if __name__ == "__main__":`
+        # with a call that runs the script.
+        return all(_importish(s) or all(isinstance(x, cst.Pass) for x in s.body) for s in stmts)
+    # `try:` imports (and flags such as `HAS_X = True`), without calls that do work.
+    return any(_importish(s) for s in first) and not any(
+        isinstance(n, cst.Call) for s in first for n in iter_nodes(s)
+    )
+
+
+def _binds_torch_name(stmt: cst.CSTNode, tn: str) -> bool:
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    for small in stmt.body:
+        if isinstance(small, cst.Import):
+            for alias in small.names:
+                full = dotted(alias.name) or ""
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    if full == "torch" and alias.asname.name.value == tn:
+                        return True
+                elif tn == "torch" and (full == "torch" or full.startswith("torch.")):
+                    return True
+    return False
+
+
+def insert_setting(facts: Facts, code_line: str, tn: str) -> dict | None:
+    """A replacement that adds the settings line `code_line` once, where a person would
+    write it: after the file's imports (module docstring, `from __future__`, setup code
+    between imports and `try`/`except` imports included), set off by a blank line, before
+    the first function, class or loop; next to settings lines already there. None when no
+    top-level import binds the torch name `tn`."""
+    body = list(facts.module.body)
+    last = None
+    torch_bound = False
+    for i, stmt in enumerate(body):
+        if _importish(stmt):
+            last = i
+            torch_bound = torch_bound or _binds_torch_name(stmt, tn)
+        elif isinstance(stmt, cst.BaseCompoundStatement) and torch_bound:
+            break
+    if last is None or not torch_bound:
+        return None
+    grouped = False
+    while last + 1 < len(body) and _is_setting_line(facts, body[last + 1]):
+        last += 1
+        grouped = True
+    anchor = body[last]
+    new = cst.parse_statement(code_line + "\n")
+    if not grouped:
+        new = new.with_changes(leading_lines=[cst.EmptyLine()])
+    return {anchor: cst.FlattenSentinel([anchor, new])}
+
+
 def is_training_file(facts: Facts) -> bool:
     if facts.training_loops():
         return True
@@ -342,6 +416,7 @@ def layer_qualnames(facts: Facts) -> set[str]:
     got = getattr(w, "_called", None)
     if got is None:
         got = {q for q in (facts.qualname(c.func) for c in facts.calls()) if q}
+        got |= facts.project_layer_apis  # layers built by the project's model classes used here
         w._called = got  # type: ignore[attr-defined]
     return got
 
@@ -354,6 +429,7 @@ _MATMUL_APIS = {
     "torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
     "torch.matmul", "torch.mm", "torch.bmm", "torch.addmm", "torch.baddbmm", "torch.addbmm",
     "torch.einsum", "torch.chain_matmul",
+    "operator.matmul",  # `a @ b` in a project model class (the summaries' name for the operator)
 }
 _CONV_APIS = {
     "torch.nn.Conv1d", "torch.nn.Conv2d", "torch.nn.Conv3d", "torch.nn.ConvTranspose1d",
@@ -434,6 +510,152 @@ def wrap_in_with(stmts: list[cst.BaseStatement], item_code: str) -> cst.With:
         body=cst.IndentedBlock(body=inner),
         leading_lines=lead,
     )
+
+
+# The script's own device (`--device`, `args.device`, `device = torch.device(...)`), for
+# unsafe fixes that only make sense on CUDA (bf16 autocast, fused optimizers).
+
+_CUDA = "cuda"  # the device is CUDA for sure: the fix may say "cuda" outright
+
+
+def _device_like(facts: Facts, expr: cst.BaseExpression) -> bool:
+    """An expression that names a device: a device literal or `torch.device(...)`, a name
+    bound only to those, or a name/attribute spelled like a device (`device`, `args.device`,
+    `self.dev`)."""
+    if facts.kinds(expr) & {"tensor", "output", "batch", "loss", "model", "number", "int"}:
+        return False
+    if isinstance(expr, cst.Call):
+        return facts.qualname(expr.func) == "torch.device" and bool(expr.args) and not has_splat(expr)
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        return True
+    if not isinstance(expr, (cst.Name, cst.Attribute)) or dotted(expr) is None:
+        return False
+    if isinstance(expr, cst.Attribute) and facts.kinds(expr.value) & {"tensor", "output", "batch", "loss"}:
+        return False  # `x.device` of a tensor made in the step
+    if facts.is_device_expr(expr):
+        return True
+    last = (expr.value if isinstance(expr, cst.Name) else expr.attr.value).lower()
+    return last == "dev" or "device" in last
+
+
+def _device_args(facts: Facts, call: cst.Call) -> list[object]:
+    """What a call says about the device: `.cuda()` → _CUDA; `.to(D)` / `device=D` → D."""
+    out: list[object] = []
+    name = call_name(call)
+    if name == "cuda" and isinstance(call.func, cst.Attribute) and facts.qualname(call.func) is None:
+        out.append(_CUDA)
+    elif name == "to" and isinstance(call.func, cst.Attribute) and not has_splat(call):
+        dev = get_arg(call, "device", 0)
+        if dev is not None and _device_like(facts, dev.value):
+            out.append(dev.value)
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value == "device" and name != "to" and _device_like(facts, a.value):
+            out.append(a.value)
+    return out
+
+
+def _read_names(expr: cst.BaseExpression) -> list[cst.Name]:
+    """The names an expression reads (not attribute names or keywords)."""
+    skip = set()
+    for n in iter_nodes(expr):
+        if isinstance(n, cst.Attribute):
+            skip.add(id(n.attr))
+        elif isinstance(n, cst.Arg) and n.keyword is not None:
+            skip.add(id(n.keyword))
+    return [n for n in iter_nodes(expr) if isinstance(n, cst.Name) and id(n) not in skip]
+
+
+def _names_reach(facts: Facts, expr: cst.BaseExpression, at: cst.CSTNode, used_at: cst.CSTNode) -> bool:
+    """Every name `expr` reads is bound where `at` runs: in `at`'s scope before it, or in an
+    enclosing scope (a parameter, or a module name bound before `at`, or one that `used_at`,
+    a read in `at`'s own scope, already relies on)."""
+    scope = facts.scope_of(at)
+    for n in _read_names(expr):
+        if n.value in facts.imports.aliases:
+            continue  # an imported module (`torch`)
+        bs = facts.lookup(n.value, at)
+        if not bs:
+            return False
+        if any(b.how == "param" or facts._reaches(b, at) for b in bs):  # type: ignore[attr-defined]
+            continue
+        outer = all(b.site is not None and facts.scope_of(b.site) is not scope for b in bs)
+        if outer and facts.scope_of(used_at) is scope and facts.lookup(n.value, used_at) == bs:
+            continue  # a global the step itself reads when it runs
+        return False
+    return True
+
+
+def _device_type_test(facts: Facts, expr: cst.BaseExpression, tn: str) -> str:
+    """Source of a test that the device `expr` is CUDA, right for a string or a torch.device."""
+    text = cst.Module(body=[]).code_for_node(expr)
+    if isinstance(expr, cst.Call):
+        return f'{text}.type == "cuda"'
+    bindings: list[Binding] = []
+    if isinstance(expr, cst.Name):
+        bindings = facts.lookup(expr.value, expr)
+    elif isinstance(expr, cst.Attribute):
+        bindings = facts.self_attr_bindings(expr)
+    values = [b.node for b in bindings if b.how == "expr"]
+    if bindings and len(values) == len(bindings):
+        if all(isinstance(v, cst.Call) and facts.qualname(v.func) == "torch.device" for v in values):
+            return f'{text}.type == "cuda"'
+        strings: list[object] = []
+        for v in values:
+            parts = [v.body, v.orelse] if isinstance(v, cst.IfExp) else [v]
+            strings.extend(literal_value(p) for p in parts)
+        if all(s in ("cuda", "cpu") for s in strings):
+            return f'{text} == "cuda"'
+    return f'{tn}.device({text}).type == "cuda"'
+
+
+def script_device_test(facts: Facts, at: cst.CSTNode, region: cst.CSTNode | None = None,
+                       models_only: bool = False) -> str | None:
+    """See `script_device`; only the test."""
+    return script_device(facts, at, region, models_only)[0]
+
+
+def script_device(facts: Facts, at: cst.CSTNode, region: cst.CSTNode | None = None,
+                  models_only: bool = False) -> tuple[str | None, cst.Call | None]:
+    """How an unsafe CUDA-only fix at `at` should tell whether the script runs on CUDA.
+
+    The device is the first one the training step (`region`) moves data or the model to,
+    else the first one a model is moved to in the file (same scope as `at` first). Returns
+    None when that device is CUDA for sure (`.cuda()`, `"cuda"`, `torch.device("cuda")`) or
+    when no device expression reaches `at` (the fix then says "cuda", as before); else the
+    source of a test such as `device.type == "cuda"`. With it, the call that moves data or
+    the model to that device.
+    """
+    tn = torch_module_name(facts)
+    if tn is None:
+        return None, None
+    found: list[tuple[object, cst.Call]] = []
+    if region is not None:
+        for call in facts.calls_within(region):
+            if models_only and not facts.has_kind(call, "model"):
+                continue
+            found.extend((d, call) for d in _device_args(facts, call))
+    if not found:
+        scope = facts.scope_of(at)
+        moves = []
+        for call in facts.calls():
+            if call_name(call) in ("to", "cuda") and (facts.has_kind(call, "model") or facts.has_kind(
+                    call.func.value if isinstance(call.func, cst.Attribute) else None, "model")):
+                moves.extend((d, call) for d in _device_args(facts, call))
+        moves.sort(key=lambda m: (facts.scope_of(m[1]) is not scope, facts.order[m[1]]))
+        found = moves
+    for dev, call in found:
+        if dev is _CUDA:
+            return None, call
+        assert isinstance(dev, cst.BaseExpression)
+        ks = facts.device_kinds(dev)
+        if ks == {"device_cuda"}:
+            return None, call
+        if ks == {"device_cpu"} or (ks and ks <= {"device_cpu", "device_other"}):
+            continue  # a CPU copy (logging, checkpoints), not the training device
+        if not _names_reach(facts, dev, at, call):
+            continue
+        return _device_type_test(facts, dev, tn), call
+    return None, None
 
 
 # ----------------------------------------------------------------------------------------
@@ -866,9 +1088,18 @@ class NoMixedPrecision(Rule):
     losses): they clamp the cosine to `1 - 1e-7`, which bf16 rounds to 1.0, so under autocast
     `acos` has an infinite gradient (NaN gradients, reproduced under CPU bf16 autocast), and
     leaving the loss outside autocast feeds a bf16 embedding to fp32 margin weights
-    (`expected m1 and m2 to have the same dtype`). bf16 needs no GradScaler: it has fp32's exponent range. The device type is always
-    `"cuda"`: a script that also runs on the CPU gets a warning there and autocast disables
-    itself (verified on a CPU-only machine).
+    (`expected m1 and m2 to have the same dtype`). bf16 needs no GradScaler: it has fp32's
+    exponent range. When the step runs on the script's own device (`x.to(device)`,
+    `.to(args.device)`, a `device` parameter) and that device may not be CUDA, the autocast
+    is enabled only there: `enabled=device.type == "cuda"` for a `torch.device`,
+    `enabled=torch.device(args.device).type == "cuda"` for a string option (right for either).
+    A `--device cpu` run then keeps fp32 — CPU bf16 autocast is its own trade-off: a small
+    MLP step ran 3–5× slower than in fp32 on a 2-core CPU without native bf16 (torch 2.13,
+    `python benchmarks/cpu_bf16_autocast.py`) — and gets no "CUDA is not available …
+    Disabling autocast" warning. The device expression must
+    be bound where the `with` goes (in its scope or an enclosing one, before it); a device
+    that is CUDA for sure (`.cuda()`, `"cuda"`), or none in reach, gives plain
+    `torch.autocast("cuda", …)`, which warns and disables itself on a CPU-only run.
 
     ## Applies to
     Target torch ≥ 1.10 (`torch.autocast`); CUDA code only. Silent in files that use
@@ -896,6 +1127,7 @@ class NoMixedPrecision(Rule):
         tn = torch_module_name(facts)
         steps: list[tuple[cst.Call, object, int | None, int | None, cst.Call | None]] = []
         loop_of: dict[cst.Call, cst.CSTNode] = {}
+        device_test: dict[cst.Call, str | None] = {}
         for call in facts.calls():
             if not facts.is_backward_call(call) or call_name(call) != "backward":
                 continue
@@ -907,6 +1139,7 @@ class NoMixedPrecision(Rule):
                 continue
             steps.append((call, block, start, end, first))
             loop_of[first] = ctx.node
+            device_test[first] = script_device_test(facts, first, ctx.node)
         if not steps:
             return
         if words(facts).name_contains("acos", "asin", "arccos", "arcsin"):
@@ -914,10 +1147,15 @@ class NoMixedPrecision(Rule):
             # autocast acos gets an infinite gradient, and outside it a bf16 embedding meets
             # fp32 margin weights. Report, but offer no rewrite.
             steps = [(c, None, s, e, f) for c, b, s, e, f in steps]
-        item = f'{tn}.autocast("cuda", dtype={tn}.bfloat16)'
         per_block: dict[cst.CSTNode, list[tuple[int, int, str]]] = {}
-        for _, block, start, end, _ in steps:
+        for _, block, start, end, first in steps:
             if block is not None and tn is not None:
+                # On the script's own device when it may not be CUDA: enabled only on CUDA, so
+                # a CPU run keeps fp32 (CPU bf16 autocast is a different trade-off) and gets no
+                # "CUDA is not available" warning.
+                test = device_test[first]
+                enabled = f", enabled={test}" if test else ""
+                item = f'{tn}.autocast("cuda", dtype={tn}.bfloat16{enabled})'
                 per_block.setdefault(block, []).append((start, end, item))  # type: ignore[arg-type]
         replacements = {b: rebuild_block(b, rs) for b, rs in per_block.items()}  # type: ignore[arg-type]
         plan = self.unsafe("Run forward and loss under bf16 autocast", replacements) if replacements else None
@@ -929,11 +1167,14 @@ class NoMixedPrecision(Rule):
                 continue
             seen.add(loop_of[first])
             has_plan = any(b is not None for _, b, _, _, f in steps if loop_of[f] is loop_of[first])
+            test = device_test[first]
+            enabled = f", enabled={test}" if test else ""
+            other = ", so a run on another device keeps fp32" if test else ""
             yield Violation(
                 first,
                 "CUDA training step without mixed precision: run the forward pass and loss under "
-                '`torch.autocast("cuda", dtype=torch.bfloat16)` (Ampere or newer; pre-Ampere GPUs '
-                "should use float16 with a `torch.amp.GradScaler` instead)",
+                f'`torch.autocast("cuda", dtype=torch.bfloat16{enabled})`{other} (Ampere or newer; '
+                "pre-Ampere GPUs should use float16 with a `torch.amp.GradScaler` instead)",
                 plan if has_plan else None,
             )
 
@@ -1109,7 +1350,8 @@ class Tf32NotEnabled(Rule):
     sets or reads a TF32 setting — neither the legacy API
     (`torch.set_float32_matmul_precision`, `torch.backends.cuda.matmul.allow_tf32`,
     `torch.backends.cudnn.allow_tf32`) nor the new `fp32_precision` API. Reported at the
-    first `import torch` statement.
+    header of the first training loop (the code whose matmuls run slower), or at the first
+    `.backward()` call when the file only defines a step function.
 
     ## Why is this bad?
     Since torch 1.12 fp32 matmuls run in full IEEE precision by default
@@ -1137,8 +1379,10 @@ class Tf32NotEnabled(Rule):
     ## Fix safety
     **Unsafe.** TF32 rounds matmul inputs to a 10-bit mantissa, which changes numerics. The
     fix inserts `torch.set_float32_matmul_precision("high")` (portable since 1.12, never
-    raises) once, after the last top-level import, using the file's own name for the torch
-    module. It never writes the new `fp32_precision` API: mixing it with the legacy API
+    raises) once, after the file's imports (docstring, `from __future__`, setup code between
+    imports and `try`/`except` imports included) and before the first function, class or
+    loop, set off by a blank line (next to settings lines already there), using the file's
+    own name for the torch module and its line endings. It never writes the new `fp32_precision` API: mixing it with the legacy API
     raises `RuntimeError` on torch 2.13 as soon as either side reads its setting (verified),
     and libraries still read the legacy getters. Because files that mention either API are
     skipped, the inserted line can never mix the two within the file.
@@ -1174,15 +1418,40 @@ class Tf32NotEnabled(Rule):
         tn = torch_module_name(facts, top_level=True)
         fix = None
         if tn is not None:
-            r = insert_after_imports(facts, f'{tn}.set_float32_matmul_precision("high")')
+            r = insert_setting(facts, f'{tn}.set_float32_matmul_precision("high")', tn)
             if r is not None:
                 fix = self.unsafe('Add `torch.set_float32_matmul_precision("high")`', r)
+        node, what = _training_anchor(facts)
         yield Violation(
-            anchor,
-            'fp32 matmuls run without TF32 on Ampere+ GPUs: add `torch.set_float32_matmul_precision("high")` '
-            "once after the imports (do not mix it with the new `fp32_precision` API)",
+            node or anchor,
+            f"fp32 matmuls in this {what} run without TF32 on Ampere+ GPUs: add "
+            '`torch.set_float32_matmul_precision("high")` once after the imports (a file-wide setting; '
+            "do not mix it with the new `fp32_precision` API)",
             fix,
         )
+
+
+def _training_anchor(facts: Facts) -> tuple[cst.CSTNode | None, str]:
+    """Where a file-wide training finding points: the first training loop's header, else the
+    first `.backward()` call (a step function without a loop in the file)."""
+    loops = facts.training_loops()
+    if loops:
+        return min(loops, key=lambda n: facts.order.get(n, 0)), "training loop"
+    backward = [c for c in facts.calls() if facts.is_backward_call(c)]
+    if backward:
+        return min(backward, key=lambda n: facts.order.get(n, 0)), "training step"
+    return None, "training code"
+
+
+def _first_conv_call(facts: Facts) -> cst.Call | None:
+    """The first convolution layer (or torchvision classifier) the file builds or calls."""
+    best = None
+    for call in facts.calls():
+        q = facts.qualname(call.func) or ""
+        if q in _CONV_APIS or _TORCHVISION_CLASSIFIER.match(q):
+            if best is None or facts.order[call] < facts.order[best]:
+                best = call
+    return best
 
 
 _VARIABLE_SHAPE_WORDS = (
@@ -1225,7 +1494,8 @@ class CudnnBenchmarkNotEnabled(Rule):
     """
     ## What it does
     Flags, once per file, a CUDA training file with convolution layers that never sets
-    `torch.backends.cudnn.benchmark` (reported at the first `import torch`). Also flags
+    `torch.backends.cudnn.benchmark`, reported at the first convolution layer (or
+    torchvision classifier) the file builds: the layers the setting speeds up. Also flags
     `cudnn.benchmark = True` set in the same block as `cudnn.deterministic = True` or
     `torch.use_deterministic_algorithms(True)` (reported at the `benchmark = True`
     assignment).
@@ -1257,7 +1527,8 @@ class CudnnBenchmarkNotEnabled(Rule):
     ## Fix safety
     **Unsafe.** Benchmarking makes algorithm choice, and so results, vary between runs, and
     every new input shape triggers a new round of timing (slow with variable shapes). The fix
-    inserts `torch.backends.cudnn.benchmark = True` once, after the last top-level import.
+    inserts `torch.backends.cudnn.benchmark = True` once, after the file's imports, set off
+    by a blank line (as for PF405).
     The rule is silent when the file shows signs of variable input shapes (`pad_sequence`,
     packed sequences, random-size crops or resizes, custom `collate_fn`/`batch_sampler`,
     detection models) or any determinism setting. No fix for the benchmark/deterministic
@@ -1299,13 +1570,17 @@ class CudnnBenchmarkNotEnabled(Rule):
         tn = torch_module_name(facts, top_level=True)
         fix = None
         if tn is not None:
-            r = insert_after_imports(facts, f"{tn}.backends.cudnn.benchmark = True")
+            r = insert_setting(facts, f"{tn}.backends.cudnn.benchmark = True", tn)
             if r is not None:
                 fix = self.unsafe("Add `torch.backends.cudnn.benchmark = True`", r)
+        conv = _first_conv_call(facts)
+        what = "this convolution layer" if conv is None or facts.qualname(conv.func) in _CONV_APIS \
+            else "the convolution layers of this model"
         yield Violation(
-            anchor,
-            "CUDA conv net trained without `torch.backends.cudnn.benchmark = True`: with fixed "
-            "input shapes the autotuner picks faster convolution algorithms",
+            conv or anchor,
+            f"CUDA training runs {what} without `torch.backends.cudnn.benchmark = True`: with fixed "
+            "input shapes the autotuner picks faster convolution algorithms (a file-wide setting: add it "
+            "once after the imports)",
             fix,
         )
 

@@ -1,0 +1,293 @@
+"""Questions that reach beyond one function or one file: what a project function returns,
+what a project class is, which layers it builds, the kinds a parameter receives at its call
+sites, whether a function runs once per step of a loop in another file, option defaults
+(argparse, config fields) and keyword arguments passed through `**kwargs`.
+
+Every cross-file answer comes from the file's `ProjectView` (None when the file is checked
+on its own: then everything here stays unknown, as before).  Unresolved stays unknown.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import libcst as cst
+
+from perflint.analysis.syntax import NOT_LITERAL, call_name, literal_value
+from perflint.analysis.vocab import _OPTION_ROOTS
+from perflint.names import dotted
+
+
+class CrossModuleMixin:
+    # -- references into the project ------------------------------------------------------
+    def project_ref(self, expr: cst.BaseExpression) -> str | None:
+        from perflint.analysis.summary import reference
+
+        return reference(self, expr)
+
+    def instance_class(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
+        """The class (as a reference: "#Local" or an import path) whose instance `expr`
+        holds, when it is bound once to a call of a class of this file or the project:
+        `agent = PPO(...)`, `self.policy = ActorCritic(...).to(device)`."""
+        if depth > 3:
+            return None
+        if isinstance(expr, cst.Call):
+            f = expr.func
+            if isinstance(f, cst.Attribute) and f.attr.value in ("to", "cuda", "cpu", "train", "eval", "float", "half"):
+                return self.instance_class(f.value, depth + 1)
+            name = dotted(f)
+            if name is None:
+                return None
+            head = name.split(".", 1)[0]
+            if "." not in name and name in self.classes_by_name:
+                return "#" + name
+            if head in self.classes_by_name or head in self.functions_by_name:
+                return None
+            ref = self.project_ref(f)
+            last = name.rsplit(".", 1)[-1]
+            return ref if ref is not None and last[:1].isupper() else None
+        bindings = []
+        if isinstance(expr, cst.Name):
+            bindings = self.lookup(expr.value, expr)
+        elif isinstance(expr, cst.Attribute):
+            bindings = self.self_attr_bindings(expr)
+        if len(bindings) == 1 and bindings[0].how == "expr":
+            return self.instance_class(bindings[0].node, depth + 1)
+        return None
+
+    def project_call_kinds(self, call: cst.Call) -> set[str]:
+        if self.project is None:
+            return set()
+        ref = self.project_ref(call.func)
+        if ref is None or ref.startswith("#"):
+            return set()
+        return set(self.project.call_kinds(ref))
+
+    def project_class_kinds(self, base: cst.BaseExpression) -> frozenset[str]:
+        if self.project is None:
+            return frozenset()
+        ref = self.project_ref(base)
+        if ref is None or ref.startswith("#"):
+            return frozenset()
+        return self.project.class_kinds(ref)
+
+    def project_attr_kinds(self, node: cst.Attribute) -> set[str] | None:
+        """`self.device` / `self.model` set in a base class of another module."""
+        if self.project is None or not (isinstance(node.value, cst.Name) and node.value.value == "self"):
+            return None
+        cls = self.enclosing_class(node)
+        seen = 0
+        while cls is not None and seen < 5:
+            seen += 1
+            for base in cls.bases:
+                ref = self.project_ref(base.value)
+                if ref is None or ref.startswith("#"):
+                    continue
+                got = self.project.attr_kinds(ref, node.attr.value)
+                if got is not None:
+                    return set(got)
+            cls = self._local_base_class(cls)
+        return None
+
+    def project_param_kinds(self, param: cst.Param, fn: cst.FunctionDef) -> set[str]:
+        """Kinds every call site in the project passes for `param` (empty unless they agree)."""
+        if self.project is None:
+            return set()
+        from perflint.analysis.summary import _symbol_of
+
+        symbol = _symbol_of(self, fn)
+        if symbol is None or "." in symbol:
+            return set()  # methods: their call sites are not resolved
+        params = fn.params
+        positional = [*params.posonly_params, *params.params]
+        index = next((i for i, p in enumerate(positional) if p is param), 10_000)
+        return set(self.project.param_kinds(symbol, index, param.name.value))
+
+    def project_step_caller(self, fn: cst.FunctionDef) -> tuple[str, int, str] | None:
+        """(file, line, loop kind) when `fn` runs once per step of a loop in another file."""
+        if self.project is None:
+            return None
+        from perflint.analysis.summary import _symbol_of
+
+        symbol = _symbol_of(self, fn)
+        if symbol is None:
+            return None
+        return self.project.step_caller(symbol)
+
+    @cached_property
+    def project_layer_apis(self) -> frozenset[str]:
+        """torch layer APIs built by the project classes and functions this file calls."""
+        if self.project is None:
+            return frozenset()
+        out: set[str] = set()
+        for call in self.index[cst.Call]:
+            ref = self.project_ref(call.func)
+            if ref is None or ref.startswith("#"):
+                continue
+            out |= self.project.layer_apis(ref)
+        return frozenset(out)
+
+    # -- options --------------------------------------------------------------------------
+    @cached_property
+    def own_option_defaults(self) -> dict:
+        from perflint.analysis.summary import _defaults
+
+        return _defaults(self)
+
+    def option_default(self, node: cst.BaseExpression) -> tuple[bool, object]:
+        """(True, value) when `node` is an option such as `args.workers`, `cfg.num_workers`
+        or `self.args.workers` whose default is known (argparse, a dataclass field, a config
+        literal: this file's first, else the project's); else (False, None)."""
+        if isinstance(node, cst.Name) and self.project is not None and not self.lookup(node.value, node):
+            ref = self.project_ref(node)  # `num_workers=NUM_WORKERS` imported from a project module
+            if ref is not None and not ref.startswith("#"):
+                return self.project.constant(ref)
+            return False, None
+        text = dotted(node) if isinstance(node, cst.Attribute) else None
+        if text is None:
+            return False, None
+        parts = text.split(".")
+        if parts[0] == "self":
+            parts = parts[1:]
+        if len(parts) != 2 or not (parts[0] in _OPTION_ROOTS or parts[0].endswith(("args", "cfg", "config", "opt"))):
+            return False, None
+        name = parts[1]
+        own = self.own_option_defaults
+        if name in own:
+            return True, own[name]
+        if self.project is not None:
+            return self.project.option_default(name)
+        return False, None
+
+    def call_keywords(self, call: cst.Call) -> dict[str, cst.BaseExpression] | None:
+        """The keyword arguments of `call` with `**kw` expanded where `kw` is a dict literal,
+        `dict(...)`, `{**a, **b}` or a name bound once to one of those and then only
+        `.update(...)`d with such values in the same function; None when unknown."""
+        out: dict[str, cst.BaseExpression] = {}
+        for arg in call.args:
+            if arg.star == "**":
+                got = self._dict_value(arg.value, call, 0)
+                if got is None:
+                    return None
+                out.update(got)
+            elif arg.star == "*":
+                return None
+            elif arg.keyword is not None:
+                out[arg.keyword.value] = arg.value
+        return out
+
+    def _dict_value(self, node: cst.BaseExpression, at: cst.CSTNode, depth: int) -> dict | None:
+        if depth > 4:
+            return None
+        if isinstance(node, cst.Dict):
+            out: dict = {}
+            for el in node.elements:
+                if isinstance(el, cst.DictElement):
+                    k = literal_value(el.key)
+                    if not isinstance(k, str):
+                        return None
+                    out[k] = el.value
+                else:  # `**other`
+                    inner = self._dict_value(el.value, at, depth + 1)
+                    if inner is None:
+                        return None
+                    out.update(inner)
+            return out
+        if isinstance(node, cst.Call) and dotted(node.func) == "dict" and not self.lookup("dict", node):
+            out = {}
+            for a in node.args:
+                if a.keyword is not None:
+                    out[a.keyword.value] = a.value
+                elif a.star == "**" or (a.star == "" and a.keyword is None):
+                    inner = self._dict_value(a.value, at, depth + 1)
+                    if inner is None:
+                        return None
+                    out.update(inner)
+                else:
+                    return None
+            return out
+        if isinstance(node, cst.Name):
+            return self._dict_name(node, at, depth)
+        return None
+
+    def _dict_name(self, node: cst.Name, at: cst.CSTNode, depth: int) -> dict | None:
+        scope = self.scope_of(node)
+        bindings = self.bindings.get(scope, {}).get(node.value, [])
+        if len(bindings) != 1 or bindings[0].how != "expr" or bindings[0].site is None:
+            return None
+        base = self._dict_value(bindings[0].node, bindings[0].site, depth + 1)
+        if base is None:
+            return None
+        out = dict(base)
+        site_order = self.order.get(bindings[0].site, 0)
+        at_order = self.order.get(at, 0)
+        for use in self.later_uses(node.value, scope, site_order):
+            if self.order.get(use, 0) >= at_order:
+                break
+            parent = self.parent(use)
+            if isinstance(parent, cst.Attribute) and parent.value is use:
+                call = self.parent(parent)
+                if not (isinstance(call, cst.Call) and call.func is parent):
+                    return None
+                if parent.attr.value == "update" and len(call.args) == 1 and not call.args[0].keyword:
+                    inner = self._dict_value(call.args[0].value, call, depth + 1)
+                    if inner is None:
+                        return None
+                    if self._maybe_skipped(call, bindings[0].site):
+                        # `if use_cuda: kw.update(cuda_kwargs)`: either may hold
+                        for k, v in inner.items():
+                            out[k] = cst.IfExp(test=cst.Name("__perflint_unknown__"), body=v,
+                                               orelse=out.get(k, cst.Name("__perflint_missing__")))
+                    else:
+                        out.update(inner)
+                elif parent.attr.value in ("get", "items", "keys", "values", "copy"):
+                    continue
+                else:
+                    return None
+            elif isinstance(parent, cst.Subscript):
+                return None
+            elif isinstance(parent, cst.Arg) and parent.star == "**":
+                continue
+            else:
+                return None
+        return out
+
+    def _maybe_skipped(self, node: cst.CSTNode, since: cst.CSTNode) -> bool:
+        for a in self.ancestors(node):
+            if a is since or self.is_inside(since, a):
+                return False
+            if isinstance(a, (cst.If, cst.Else, cst.Try, cst.ExceptHandler, cst.For, cst.While, cst.IfExp)):
+                return True
+        return False
+
+    # -- per-call execution ---------------------------------------------------------------
+    def runs_on_every_call(self, node: cst.CSTNode, host: cst.FunctionDef) -> bool:
+        """Whether `node` runs each time `host` runs (not in a throttled or leaving branch,
+        an exception handler or a nested function)."""
+        from perflint.analysis.loops import _leaves
+
+        cur = node
+        for parent in self.ancestors(node):
+            if parent is host:
+                return True
+            if isinstance(parent, cst.If) and cur is parent.body:
+                if self.is_throttled_test(parent.test) or _leaves(parent.body):
+                    return False
+            if isinstance(parent, (cst.ExceptHandler, cst.Lambda)):
+                return False
+            if isinstance(parent, cst.FunctionDef):
+                return False
+            cur = parent
+        return False
+
+
+def literal_or_default(facts, node: cst.BaseExpression):
+    """A literal's value, or an option's known default; NOT_LITERAL otherwise."""
+    v = literal_value(node)
+    if v is not NOT_LITERAL:
+        return v
+    found, value = facts.option_default(node)
+    return value if found else NOT_LITERAL
+
+
+__all__ = ["CrossModuleMixin", "literal_or_default", "call_name"]

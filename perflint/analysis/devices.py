@@ -1,0 +1,150 @@
+"""Devices: which expressions are CUDA / CPU / other devices, and whether a file runs on an
+accelerator."""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from perflint.analysis.syntax import call_name, get_arg, literal_value
+from perflint.analysis.vocab import _DTYPE_NAMES
+
+if TYPE_CHECKING:
+    from perflint.analysis.facts import Facts
+
+
+class DevicesMixin:
+    def device_kinds(self, node: cst.CSTNode) -> set[str]:
+        return _device_kinds_of(self, node)
+
+    def is_provably_cuda(self, node: cst.CSTNode | None) -> bool:
+        """A device expression that is CUDA, or CUDA-or-CPU from `torch.cuda.is_available()`."""
+        if node is None:
+            return False
+        ks = self.device_kinds(node)
+        return "device_cuda" in ks and not (ks & {"device_other", "device_unknown"})
+
+    def is_device_expr(self, node: cst.CSTNode | None) -> bool:
+        """A device for sure (not a dtype or tensor): literal, torch.device, or names bound only to those."""
+        if node is None:
+            return False
+        ks = self.device_kinds(node)
+        return bool(ks) and not (ks & {"device_unknown"})
+
+    @cached_property
+    def is_cuda_code(self) -> bool:
+        for call in self.index[cst.Call]:
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "cuda":
+                return True
+        for s in self.index[cst.SimpleString]:
+            v = literal_value(s)
+            if isinstance(v, str) and re.fullmatch(r"cuda(:\d+)?", v):
+                return True
+        for a in self.index[cst.Attribute]:
+            q = self.qualname(a)
+            if q is not None and (q == "torch.cuda.is_available" or q.startswith("torch.cuda.")):
+                return True
+        return False
+
+    @cached_property
+    def may_use_accelerator(self) -> bool:
+        """Whether tensors in this file may live on an accelerator: CUDA code, data moved
+        with `.to(<device>)` where the device is not provably the CPU, a `device=` argument
+        that is not the CPU, or a training framework that places data itself."""
+        if self.is_cuda_code:
+            return True
+        for call in self.index[cst.Call]:
+            name = call_name(call)
+            if name in ("to",) and isinstance(call.func, cst.Attribute) and call.args:
+                dev = get_arg(call, "device", 0)
+                if dev is None:
+                    continue
+                q = self.qualname(dev.value) or ""
+                if q.startswith("torch.") and q.rsplit(".", 1)[-1] in _DTYPE_NAMES:
+                    continue
+                if self.kinds(dev.value) & {"tensor", "output", "batch"}:
+                    continue
+                if self.device_kinds(dev.value) - {"device_cpu"}:
+                    return True
+            for arg in call.args:
+                if arg.keyword is not None and arg.keyword.value == "device":
+                    if self.device_kinds(arg.value) - {"device_cpu"}:
+                        return True
+            q = self.qualname(call.func) or ""
+            if q in ("torch.set_default_device", "torch.cuda.set_device"):
+                return True
+        frameworks = ("accelerate", "lightning", "pytorch_lightning", "deepspeed", "transformers", "fabric")
+        if any(self.imports.imports_module(f) for f in frameworks):
+            return True
+        # A per-step helper runs wherever the loop that calls it runs.
+        return any(len(c) > 3 and c[3] for c in self._cross_step_callers())
+
+    def _cross_step_callers(self) -> list:
+        if self.project is None:
+            return []
+        out = []
+        for fn in self.index[cst.FunctionDef]:
+            caller = self.project_step_caller(fn)
+            if caller is not None:
+                out.append(caller)
+        return out
+
+
+def _device_string_kinds(v: str) -> set[str]:
+    if re.fullmatch(r"cuda(:\d+)?", v):
+        return {"device_cuda"}
+    if v == "cpu":
+        return {"device_cpu"}
+    if re.fullmatch(r"(mps|xpu|hpu|mtia|meta|xla|privateuseone|npu)(:\d+)?", v):
+        return {"device_other"}
+    return set()
+
+
+def _device_kinds_of(facts: Facts, node: cst.CSTNode, depth: int = 0) -> set[str]:
+    """Device kinds of an expression: device_cuda / device_cpu / device_other / device_unknown."""
+    if depth > 8:
+        return {"device_unknown"}
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+        v = literal_value(node)
+        ks = _device_string_kinds(v) if isinstance(v, str) else set()
+        return ks or {"device_unknown"}
+    if isinstance(node, cst.Integer):
+        return {"device_cuda"}  # `.to(0)` / `.cuda(0)`
+    if isinstance(node, cst.IfExp):
+        return _device_kinds_of(facts, node.body, depth + 1) | _device_kinds_of(facts, node.orelse, depth + 1)
+    if isinstance(node, cst.Call):
+        q = facts.qualname(node.func)
+        if q == "torch.device" and node.args:
+            return _device_kinds_of(facts, node.args[0].value, depth + 1)
+        if q == "torch.cuda.current_device":
+            return {"device_cuda"}
+        return {"device_unknown"}
+    if isinstance(node, cst.Name):
+        bs = facts.lookup(node.value, node)
+        if not bs:
+            return {"device_unknown"}
+        out: set[str] = set()
+        for b in bs:
+            if b.how == "expr":
+                out |= _device_kinds_of(facts, b.node, depth + 1)
+            elif b.how == "param":
+                out |= {"device_unknown"}
+            else:
+                out.add("device_unknown")
+        return out
+    if isinstance(node, cst.Attribute):
+        bs = facts.self_attr_bindings(node)
+        if bs:
+            out = set()
+            for b in bs:
+                out |= _device_kinds_of(facts, b.node, depth + 1) if b.how == "expr" else {"device_unknown"}
+            return out
+        inherited = facts.project_attr_kinds(node)  # `self.device` set in a base class elsewhere
+        if inherited is not None:
+            got = inherited & {"device_cuda", "device_cpu", "device_other"}
+            return set(got) or {"device_unknown"}
+        return {"device_unknown"}
+    return {"device_unknown"}

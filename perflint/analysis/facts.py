@@ -1,0 +1,103 @@
+"""The facts about one file, computed once and shared by every rule: one object that
+combines the analyses of this package (see the package docstring)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from perflint.analysis.bindings import Binding, BindingsMixin
+from perflint.analysis.crossmodule import CrossModuleMixin
+from perflint.analysis.devices import DevicesMixin
+from perflint.analysis.filewide import FileWideMixin
+from perflint.analysis.kinds import KindsMixin
+from perflint.analysis.loops import LoopsMixin
+from perflint.analysis.tree import _INDEXED, Scope, TreeMixin, _child_fields
+from perflint.names import ImportTable
+
+
+class Facts(TreeMixin, BindingsMixin, KindsMixin, DevicesMixin, FileWideMixin, LoopsMixin, CrossModuleMixin):
+    def __init__(self, module: cst.Module, target_torch: tuple[int, int] = (2, 4), project=None) -> None:
+        self.module = module
+        self.target_torch = target_torch
+        # A `ProjectView` (analysis.project) when the file is checked as part of a project:
+        # the questions about other modules go there; None for a file on its own.
+        self.project = project
+        # Per-step functions called from another file: function → (file, line, loop kind).
+        self.step_callers: dict[cst.FunctionDef, tuple[str, int, str]] = {}
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.order: dict[cst.CSTNode, int] = {}
+        self.index: dict[type, list[cst.CSTNode]] = {t: [] for t in _INDEXED}
+        self.imports = ImportTable()
+        # scope → name → bindings
+        self.bindings: dict[Scope, dict[str, list[Binding]]] = {}
+        # class → attribute → bindings (from `self.x = …` in any method)
+        self.attr_bindings: dict[cst.ClassDef, dict[str, list[Binding]]] = {}
+        self.functions_by_name: dict[str, list[cst.FunctionDef]] = {}
+        self.classes_by_name: dict[str, cst.ClassDef] = {}
+        self._memo_kinds: dict[tuple, frozenset[str]] = {}
+        self._walk()
+
+    # -- the walk -----------------------------------------------------------------------
+    def _walk(self) -> None:
+        parents = self.parents
+        order = self.order
+        index = self.index
+        indexed = set(_INDEXED)
+        stack: list[cst.CSTNode] = [self.module]
+        counter = 0
+        while stack:
+            node = stack.pop()
+            order[node] = counter
+            counter += 1
+            cls = type(node)
+            if cls in indexed:
+                index[cls].append(node)
+            children: list[cst.CSTNode] = []
+            for name in _child_fields(cls):
+                value = getattr(node, name)
+                if isinstance(value, cst.CSTNode):
+                    children.append(value)
+                elif isinstance(value, (list, tuple)):
+                    for item in value:
+                        if isinstance(item, cst.CSTNode):
+                            children.append(item)
+            for child in children:
+                parents[child] = node
+            stack.extend(reversed(children))
+        for imp in index[cst.Import]:
+            self.imports.add_import(imp)
+        for imp in index[cst.ImportFrom]:
+            self.imports.add_import_from(imp)
+        for fn in index[cst.FunctionDef]:
+            self.functions_by_name.setdefault(fn.name.value, []).append(fn)
+            self._bind_params(fn)
+        for c in index[cst.ClassDef]:
+            self.classes_by_name.setdefault(c.name.value, c)
+        for node in index[cst.Assign]:
+            for target in node.targets:
+                self._bind_target(target.target, Binding("expr", node.value, site=node))
+        for node in index[cst.AnnAssign]:
+            if node.value is not None:
+                self._bind_target(node.target, Binding("expr", node.value, site=node))
+        for node in index[cst.NamedExpr]:
+            self._bind_target(node.target, Binding("expr", node.value, site=node))
+        for node in index[cst.For]:
+            self._bind_target(node.target, Binding("iter", node.iter, site=node))
+        for node in index[cst.CompFor]:
+            self._bind_target(node.target, Binding("iter", node.iter, site=node))
+        for node in index[cst.With]:
+            for item in node.items:
+                if item.asname is not None:
+                    self._bind_target(item.asname.name, Binding("with", item.item, site=node))
+        # Module-level re-bindings of imported names: `Loader = DataLoader`.
+        for stmt in self.module.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if (
+                        isinstance(small, cst.Assign)
+                        and len(small.targets) == 1
+                        and isinstance(small.targets[0].target, cst.Name)
+                        and isinstance(small.value, (cst.Name, cst.Attribute))
+                    ):
+                        self.imports.add_alias(small.targets[0].target.value, small.value)
+

@@ -1,0 +1,407 @@
+"""Kinds: what an expression holds (a DataLoader, a batch, a model, an optimizer …)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import libcst as cst
+
+from perflint.analysis.bindings import Binding
+from perflint.analysis.syntax import call_name, get_arg, literal_value
+from perflint.analysis.devices import _device_kinds_of, _device_string_kinds
+from perflint.analysis.vocab import (
+    DATALOADER, LOSS_FUNCTIONS, MODEL_FACTORIES, OPTIMIZER_CLASSES, SCALERS, _CALLEE_VERB, _CONSTRUCTORS, _HINTS,
+    _NON_TENSOR_TORCH, _PASS_THROUGH_METHODS, _THIRD_PARTY_OPTIMIZERS, _VERB_PREFIX,
+)
+from perflint.names import dotted
+
+
+def name_hints(name: str) -> set[str]:
+    """Kinds suggested by a naming convention alone (weak evidence)."""
+    low = name.lower()
+    if _VERB_PREFIX.match(low):
+        return set()  # `get_model`, `build_loader`: functions, not the thing itself
+    return {kind for kind, rx in _HINTS if rx.search(low)}
+
+
+
+class KindsMixin:
+    @cached_property
+    def module_classes(self) -> set[str]:
+        """Names of classes in this file that are nn.Module subclasses (transitively)."""
+        result: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for name, cls in self.classes_by_name.items():
+                if name in result:
+                    continue
+                for base in cls.bases:
+                    q = self.qualname(base.value) or ""
+                    bname = dotted(base.value) or ""
+                    if (
+                        q.startswith("torch.nn.")
+                        or q.startswith(("pytorch_lightning.", "lightning.", "transformers."))
+                        or bname in result
+                        or bname.split(".")[-1] in ("LightningModule", "Module", "PreTrainedModel")
+                        or "model" in self.project_class_kinds(base.value)
+                        or "criterion" in self.project_class_kinds(base.value)
+                    ):
+                        result.add(name)
+                        changed = True
+                        break
+        return result
+
+    @cached_property
+    def loss_classes(self) -> set[str]:
+        out = set()
+        for name, cls in self.classes_by_name.items():
+            if name in self.module_classes and (name.endswith("Loss") or "loss" in name.lower()):
+                out.add(name)
+        return out
+
+    @cached_property
+    def dataset_classes(self) -> set[str]:
+        out = set()
+        for name, cls in self.classes_by_name.items():
+            for base in cls.bases:
+                q = self.qualname(base.value) or dotted(base.value) or ""
+                if q.endswith("Dataset") or q in out or "dataset" in self.project_class_kinds(base.value):
+                    out.add(name)
+        return out
+
+    # -- kinds ----------------------------------------------------------------------------
+    def kinds(self, node: cst.CSTNode | None) -> frozenset[str]:
+        """What `node` holds; see the module docstring. Memoised, cycle-safe."""
+        if node is None:
+            return frozenset()
+        key = (node,)
+        got = self._memo_kinds.get(key)
+        if got is not None:
+            return got
+        self._memo_kinds[key] = frozenset()  # cycle guard
+        result = frozenset(self._kinds(node))
+        self._memo_kinds[key] = result
+        return result
+
+    def has_kind(self, node: cst.CSTNode | None, kind: str, weak: bool = True) -> bool:
+        ks = self.kinds(node)
+        return kind in ks or (weak and ("~" + kind) in ks)
+
+    def _binding_kinds(self, b: Binding) -> set[str]:
+        if b.how == "expr":
+            return set(self.kinds(b.node))
+        if b.how == "unpack":
+            return self._unpack_kinds(b.node, b.index)
+        if b.how in ("iter", "iter_unpack"):
+            return self._element_kinds(b.node, b.index)
+        if b.how == "with":
+            ks = set(self.kinds(b.node))
+            return {"tensor"} & ks
+        if b.how == "param":
+            p: cst.Param = b.node  # type: ignore[assignment]
+            out: set[str] = set()
+            if p.annotation is not None:
+                ann = self.qualname(p.annotation.annotation) or dotted(p.annotation.annotation) or ""
+                last = ann.rsplit(".", 1)[-1]
+                if last == "DataLoader":
+                    out.add("dataloader")
+                elif last in ("Optimizer",) or last in OPTIMIZER_CLASSES:
+                    out.add("optimizer")
+                elif last in ("Module",) or last in self.module_classes:
+                    out.add("model")
+                elif last == "Tensor":
+                    out.add("tensor")
+                elif last == "GradScaler":
+                    out.add("scaler")
+            if not out:
+                # The kinds every call site in the project passes, when they agree.
+                fn = b.site if isinstance(b.site, cst.FunctionDef) else None
+                if fn is not None:
+                    out |= self.project_param_kinds(p, fn)
+            if not out:
+                out |= name_hints(p.name.value)
+            if p.default is not None:
+                out |= set(self.kinds(p.default)) & {"device_cuda", "device_cpu", "device_other"}
+            return out
+        return set()
+
+    def _unpack_kinds(self, node: cst.CSTNode, index: tuple[int, ...]) -> set[str]:
+        # `model, opt, loader = accelerator.prepare(model, opt, loader)`
+        if isinstance(node, cst.Call) and call_name(node) in ("prepare", "setup", "setup_dataloaders") and index:
+            positional = [a for a in node.args if a.keyword is None and not a.star]
+            if index[0] < len(positional):
+                return set(self.kinds(positional[index[0]].value))
+        if isinstance(node, (cst.Tuple, cst.List)) and index:
+            els = node.elements
+            if index[0] < len(els) and not isinstance(els[index[0]], cst.StarredElement):
+                inner = els[index[0]].value
+                if len(index) == 1:
+                    return set(self.kinds(inner))
+                return self._unpack_kinds(inner, index[1:])
+        base = set(self.kinds(node))
+        out = set()
+        if "batch" in base or "~batch" in base:
+            out.add("batch")
+        if "output" in base or "tensor" in base:
+            out |= {"tensor", "output"} & (base | {"tensor"})
+        if "dataloader" in base:  # e.g. `train_dl, val_dl = make_loaders()`
+            out.add("dataloader")
+        if "~dataloader" in base:
+            out.add("~dataloader")
+        return out
+
+    def _element_kinds(self, it: cst.CSTNode, index: tuple[int, ...]) -> set[str]:
+        """Kinds of an element produced by iterating `it`, then unpacked by `index`."""
+        if isinstance(it, cst.Call):
+            name = call_name(it)
+            q = self.qualname(it.func) or name
+            if q in ("enumerate",) and it.args:
+                if not index:
+                    return set()
+                if index[0] == 0:
+                    return {"int"}
+                return self._element_kinds(it.args[0].value, index[1:])
+            if q == "zip" and it.args:
+                if not index:
+                    return set()
+                if index[0] < len(it.args):
+                    return self._element_kinds(it.args[index[0]].value, index[1:])
+                return set()
+            if (q or "").split(".")[-1] in ("tqdm", "trange", "iter", "islice", "track", "progress_bar", "chain") and it.args:
+                return self._element_kinds(it.args[0].value, index)
+            if name in ("items",) and isinstance(it.func, cst.Attribute):
+                base = self.kinds(it.func.value)
+                if "batch" in base and index and index[0] == 1:
+                    return {"batch"}
+                return set()
+            if name in ("values",) and isinstance(it.func, cst.Attribute):
+                base = self.kinds(it.func.value)
+                return {"batch"} if "batch" in base else set()
+        ks = self.kinds(it)
+        if "dataloader" in ks or "~dataloader" in ks or "batch" in ks:
+            return {"batch"} if "dataloader" in ks or "batch" in ks else {"~batch", "batch"}
+        if "model" in ks and isinstance(it, cst.Call) and call_name(it) in ("parameters", "named_parameters"):
+            return {"parameter"}
+        return set()
+
+    def _kinds(self, node: cst.CSTNode) -> set[str]:
+        if isinstance(node, cst.Name):
+            bs = self.lookup(node.value, node)
+            if bs:
+                out: set[str] = set()
+                for b in bs:
+                    out |= self._binding_kinds(b)
+                if "model" in out or "criterion" in out:
+                    out.discard("tensor")
+                return out
+            q = self.qualname(node)
+            if q is not None:
+                return set()
+            return name_hints(node.value)
+        if isinstance(node, cst.Attribute):
+            bs = self.self_attr_bindings(node)
+            if bs:
+                out = set()
+                for b in bs:
+                    out |= self._binding_kinds(b)
+                return out
+            attr = node.attr.value
+            inherited = self.project_attr_kinds(node)
+            if inherited:
+                return inherited - {"device_cuda", "device_cpu", "device_other"}
+            base = self.kinds(node.value)
+            if attr == "loss" and ("output" in base or "tensor" in base or "~model" in base or not base):
+                return {"loss", "tensor"}
+            if attr in ("logits", "last_hidden_state", "hidden_states") and "output" in base:
+                return {"tensor", "output"}
+            if attr in ("module", "_orig_mod") and ("model" in base or "~model" in base):
+                return {"model"}
+            if "batch" in base:
+                return {"batch"}
+            if attr in ("grad", "data") and ("parameter" in base or "tensor" in base):
+                return {"tensor"}
+            if isinstance(node.value, cst.Name) and node.value.value == "self":
+                return name_hints(attr)
+            if self.qualname(node) is None:
+                return name_hints(attr) & {"~dataloader", "~optimizer", "~model", "~criterion", "~scaler"}
+            return set()
+        if isinstance(node, cst.Call):
+            return self._call_kinds(node)
+        if isinstance(node, cst.Subscript):
+            base = self.kinds(node.value)
+            where = base & {"cpu_tensor", "device_tensor"}  # indexing keeps the device
+            if "batch" in base:
+                return {"batch"} | where
+            if "output" in base:
+                return {"tensor", "output"} | where
+            if "loss" in base:
+                return {"loss", "tensor"} | where
+            if "tensor" in base:
+                return {"tensor"} | where
+            if "numpy" in base:
+                return {"numpy"}
+            return set()
+        if isinstance(node, cst.BinaryOperation):
+            left, right = self.kinds(node.left), self.kinds(node.right)
+            out = set()
+            for side in (left, right):
+                if "loss" in side:
+                    out |= {"loss", "tensor"}
+                if "tensor" in side or "output" in side:
+                    out.add("tensor")
+                out |= side & {"device_tensor"}
+            if not out:
+                if left & {"number", "int"} and right & {"number", "int"}:
+                    return {"number"}
+                if (left | right) & {"numpy"}:
+                    return {"numpy"}
+            return out
+        if isinstance(node, cst.UnaryOperation):
+            return set(self.kinds(node.expression)) & {"tensor", "loss"}
+        if isinstance(node, cst.Comparison):
+            if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in node.comparisons):
+                return set()
+            left = self.kinds(node.left)
+            if "tensor" in left or "output" in left:
+                return {"tensor"}
+            for comp in node.comparisons:
+                if "tensor" in self.kinds(comp.comparator):
+                    return {"tensor"}
+            return set()
+        if isinstance(node, cst.IfExp):
+            return set(self.kinds(node.body)) | set(self.kinds(node.orelse))
+        if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+            v = literal_value(node)
+            if isinstance(v, str):
+                return _device_string_kinds(v)
+            return set()
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return {"number"}
+        return set()
+
+    def _call_kinds(self, node: cst.Call) -> set[str]:
+        q = self.qualname(node.func)
+        name = call_name(node)
+        if q is not None:
+            if q == DATALOADER:
+                return {"dataloader"}
+            if q.rsplit(".", 1)[-1] in ("tqdm", "track") and node.args and node.args[0].keyword is None:
+                # `pbar = tqdm(loader)`: iterating the bar iterates the loader.
+                return set(self.kinds(node.args[0].value)) & {"dataloader", "~dataloader"}
+            if q in SCALERS:
+                return {"scaler"}
+            if q.startswith("torch.optim.") and q.rsplit(".", 1)[-1] in OPTIMIZER_CLASSES:
+                return {"optimizer"}
+            if _THIRD_PARTY_OPTIMIZERS.match(q):
+                return {"optimizer"}
+            if q == "torch.device":
+                if node.args:
+                    return _device_kinds_of(self, node.args[0].value)
+                return {"device_other"}
+            if q.startswith("torch.nn.") and q.rsplit(".", 1)[-1][:1].isupper():
+                last = q.rsplit(".", 1)[-1]
+                if last.endswith("Loss"):
+                    return {"criterion"}
+                if last in ("DataParallel", "DistributedDataParallel") or q.endswith("DistributedDataParallel"):
+                    return {"model"}
+                return {"model", "layer"}
+            if q.startswith("torch.nn.functional."):
+                fname = q.rsplit(".", 1)[-1]
+                if fname in LOSS_FUNCTIONS:
+                    return {"loss", "tensor"}
+                return {"tensor"}
+            if q == "torch.compile" and node.args:
+                return set(self.kinds(node.args[0].value)) & {"model"} or {"model"}
+            if MODEL_FACTORIES.match(q) and not q.endswith(("Tokenizer", "Config", "Processor")):
+                if ".from_pretrained" in q or q.startswith(("torchvision.models", "timm", "torch.hub", "torchaudio.models")):
+                    return {"model"}
+            if q.startswith("torch.") and not _NON_TENSOR_TORCH.match(q):
+                short = q.rsplit(".", 1)[-1]
+                if short in _CONSTRUCTORS and q.count(".") == 1:
+                    dev = get_arg(node, "device")
+                    if dev is None or self.device_kinds(dev.value) == {"device_cpu"}:
+                        return {"tensor", "torch_op", "cpu_tensor"}
+                    return {"tensor", "torch_op", "device_tensor"}
+                if short in ("from_numpy", "as_tensor") and get_arg(node, "device") is None:
+                    return {"tensor", "torch_op", "cpu_tensor"}
+                return {"tensor", "torch_op"}
+            if q in ("numpy.array", "numpy.asarray") or q.startswith("numpy."):
+                return {"numpy"}
+            return self.project_call_kinds(node)
+        if isinstance(node.func, cst.Name):
+            fname = node.func.value
+            if fname in self.module_classes:
+                if fname in self.loss_classes:
+                    return {"criterion"}
+                return {"model"}
+            if fname in self.dataset_classes:
+                return {"dataset"}
+            if fname in ("float", "int", "bool", "len", "round", "sum", "abs"):
+                return {"number"} if fname != "sum" else set()
+            if fname in ("iter",) and node.args:
+                return set(self.kinds(node.args[0].value))
+            if fname == "next" and node.args:
+                return self._element_kinds(node.args[0].value, ())
+            # A call of a local function that returns a DataLoader or a model.
+            if fname in self.functions_by_name:
+                out = set()
+                for fn in self.functions_by_name[fname]:
+                    for ret in self.nodes_within(fn, cst.Return):
+                        if ret.value is not None and self.enclosing_function(ret) is fn:
+                            out |= set(self.kinds(ret.value)) & {"dataloader", "model", "optimizer", "loss", "tensor"}
+                return out
+            if fname not in self.classes_by_name and self.lookup(fname, node) == []:
+                got = self.project_call_kinds(node)  # imported relatively or through a star import
+                if got:
+                    return got
+        base = self.kinds(node.func)
+        callee = (call_name(node) or "").lower()
+        if "model" in base or ("~model" in base and not _CALLEE_VERB.match(callee)):
+            return {"tensor", "output"}
+        if "criterion" in base or ("~criterion" in base and not _CALLEE_VERB.match(callee)):
+            return {"loss", "tensor"}
+        if isinstance(node.func, cst.Attribute):
+            rk = self.kinds(node.func.value)
+            if name in ("item", "tolist"):
+                return {"number"}
+            if name in ("detach", "detach_"):
+                return {"tensor", "detached"} if ("tensor" in rk or "loss" in rk or "output" in rk) else set()
+            if name == "numpy":
+                return {"numpy"}
+            if name in ("to", "cuda") and ("batch" in rk or "tensor" in rk) and "model" not in rk:
+                out = {"batch"} if "batch" in rk else set()
+                out |= {"tensor"} & rk | ({"loss", "tensor"} if "loss" in rk else set())
+                dev = None if name == "cuda" else get_arg(node, "device", 0)
+                if name == "cuda" or (dev is not None and self.device_kinds(dev.value) - {"device_cpu"}
+                                      and not (self.kinds(dev.value) & {"tensor"})):
+                    out.add("device_tensor")
+                elif "cpu_tensor" in rk:
+                    out.add("cpu_tensor")
+                if "device_tensor" in rk:
+                    out.add("device_tensor")
+                return out
+            if name == "cpu":
+                return ({"tensor", "cpu_tensor"} if rk & {"tensor", "loss", "output", "batch"} else set())
+            if name in _PASS_THROUGH_METHODS:
+                out = set()
+                if "model" in rk and name in ("to", "cuda", "cpu", "train", "eval", "float", "half", "bfloat16", "double", "type", "requires_grad_"):
+                    return {"model"}
+                if "~model" in rk and name in ("to", "cuda", "train", "eval"):
+                    return {"~model"}
+                if "batch" in rk:
+                    out.add("batch")
+                if "loss" in rk:
+                    out |= {"loss", "tensor"}
+                if "tensor" in rk or "output" in rk or "parameter" in rk:
+                    out.add("tensor")
+                out |= rk & {"cpu_tensor", "device_tensor", "numpy"}
+                if "dataloader" in rk:
+                    out.add("dataloader")
+                return out
+            if name in ("parameters", "named_parameters") and ("model" in rk or "~model" in rk):
+                return {"parameters"}
+            if name in ("forward",) and ("model" in rk or "~model" in rk):
+                return {"tensor", "output"}
+        return set()
+

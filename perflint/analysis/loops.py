@@ -1,0 +1,388 @@
+"""Loops and iteration contexts: training and evaluation loops, per-step functions, which
+statements run on every iteration, and grad mode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Iterable
+
+import libcst as cst
+
+from perflint.analysis.syntax import call_name, literal_value
+from perflint.analysis.tree import _iter_expr
+from perflint.analysis.vocab import (_BOUND_NAMES, _OPTION_ROOTS, _PASS_THROUGH_METHODS, _STEP_NAME,
+    _THROTTLE_NAMES)
+from perflint.analysis.kinds import name_hints
+from perflint.names import dotted
+
+
+@dataclass
+class LoopInfo:
+    node: cst.CSTNode  # For / While, or a FunctionDef for a per-step function
+    kind: str  # "train" | "eval"
+
+
+
+class LoopsMixin:
+    @cached_property
+    def _calls_by_container(self) -> dict[cst.CSTNode, list[cst.Call]]:
+        """Each call under its innermost loop/def/lambda/class/comprehension, when it sits in
+        that container's body (not in a loop's `iter`, `else`, or a def's decorators)."""
+        out: dict[cst.CSTNode, list[cst.Call]] = {}
+        containers = (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.CompFor)
+        for call in self.index[cst.Call]:
+            cur: cst.CSTNode = call
+            for a in self.ancestors(call):
+                if isinstance(a, containers):
+                    if getattr(a, "body", None) is cur:
+                        out.setdefault(a, []).append(call)
+                    break
+                cur = a
+        return out
+
+    def direct_body_calls(self, container: cst.CSTNode) -> list[cst.Call]:
+        """Calls inside `container`'s body, not inside a nested loop, def, lambda or class."""
+        return self._calls_by_container.get(container, [])
+
+    def is_backward_call(self, call: cst.Call) -> bool:
+        name = call_name(call)
+        return name in ("backward", "manual_backward") and isinstance(call.func, cst.Attribute)
+
+    def is_optimizer_step(self, call: cst.Call) -> bool:
+        if call_name(call) != "step" or not isinstance(call.func, cst.Attribute):
+            return False
+        rk = self.kinds(call.func.value)
+        if "scaler" in rk or "~scaler" in rk:
+            return True
+        if "optimizer" in rk:
+            return True
+        if "~optimizer" in rk and not ({"model", "dataloader"} & rk):
+            return True
+        return False
+
+    def is_scaler_call_step(self, call: cst.Call) -> bool:
+        """`loss_scaler(loss, optimizer, ...)`: a callable scaler object (timm's and MAE's
+        NativeScaler) that runs backward and the optimizer step for the loop."""
+        if not isinstance(call.func, (cst.Name, cst.Attribute)) or call_name(call) in ("step", "scale", "update"):
+            return False
+        if "~scaler" not in name_hints(call_name(call) or "") and "scaler" not in self.kinds(call.func):
+            return False
+        return any(a.keyword is None and self.has_kind(a.value, "optimizer") for a in call.args)
+
+    def is_scaler_step(self, call: cst.Call) -> bool:
+        return (
+            call_name(call) == "step"
+            and isinstance(call.func, cst.Attribute)
+            and self.has_kind(call.func.value, "scaler")
+        )
+
+    @cached_property
+    def _step_functions(self) -> dict[cst.FunctionDef, str]:
+        """Functions whose body is one training (or eval) step: Lightning hooks, functions
+        named like a step (`train_step`, `_run_batch`, `training_step`), and functions this
+        file calls on every iteration of a training/eval loop. A function that merely
+        calls `.backward()` once (a test, a one-off) is not a step."""
+        out: dict[cst.FunctionDef, str] = {}
+        for fn in self.index[cst.FunctionDef]:
+            name = fn.name.value
+            if name.startswith("test"):
+                continue
+            if name == "training_step":
+                out[fn] = "train"
+            elif name in ("validation_step", "test_step", "predict_step"):
+                out[fn] = "eval"
+            elif _STEP_NAME.match(name) and not self.direct_loops_in(fn):
+                calls = self.direct_body_calls(fn)
+                if any(self.is_backward_call(c) or self.is_optimizer_step(c) for c in calls):
+                    out[fn] = "train"
+        # Functions called every iteration of a training loop in this file are steps too.
+        for loop, kind in list(self._loops.items()):
+            for call in self.direct_body_calls(loop):
+                if self.iteration_context_plain(call, loop) is False:
+                    continue
+                target = None
+                if isinstance(call.func, cst.Name):
+                    target = call.func.value
+                elif isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and call.func.value.value == "self":
+                    target = call.func.attr.value
+                elif isinstance(call.func, cst.Attribute):
+                    # `self.policy.evaluate(...)`, `agent.act(obs)`: a method of a class of this file
+                    cls_ref = self.instance_class(call.func.value)
+                    cls = self.classes_by_name.get(cls_ref[1:]) if cls_ref and cls_ref.startswith("#") else None
+                    if cls is not None:
+                        for fn in self.functions_by_name.get(call.func.attr.value, []):
+                            if self.parent(self.parent(fn)) is cls and fn not in out and not self.direct_loops_in(fn):
+                                out[fn] = kind
+                    continue
+                for fn in self.functions_by_name.get(target or "", []):
+                    if fn not in out and not self.direct_loops_in(fn) and not fn.name.value.startswith("test"):
+                        out[fn] = kind
+        # Functions that a loop in another file of the project calls on every iteration.
+        if self.project is not None:
+            for fn in self.index[cst.FunctionDef]:
+                if fn in out or fn.name.value.startswith("test"):
+                    continue  # (a loop inside a per-step helper still runs on every step)
+                caller = self.project_step_caller(fn)
+                if caller is not None:
+                    out[fn] = caller[2]
+                    self.step_callers[fn] = caller
+        return out
+
+    def iteration_context_plain(self, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
+        """Whether `node` runs on every iteration of `loop` (not in a throttled branch)."""
+        cur = node
+        for parent in self.ancestors(node):
+            if parent is loop:
+                return True
+            if isinstance(parent, cst.If) and cur is parent.body:
+                if self.is_throttled_test(parent.test) or _leaves(parent.body):
+                    return False
+            if isinstance(parent, cst.ExceptHandler):
+                return False
+            cur = parent
+        return False
+
+    def direct_loops_in(self, fn: cst.FunctionDef) -> bool:
+        for cls in (cst.For, cst.While):
+            for loop in self.index[cls]:
+                if self.enclosing_function(loop) is fn:
+                    return True
+        return False
+
+    def step_function_kind(self, fn: cst.FunctionDef) -> str | None:
+        return self._step_functions.get(fn)
+
+    @cached_property
+    def _loops(self) -> dict[cst.CSTNode, str]:
+        out: dict[cst.CSTNode, str] = {}
+        local_step_fns = {}
+        for fn in self.index[cst.FunctionDef]:
+            calls = self.direct_body_calls(fn)
+            if any(self.is_backward_call(c) for c in calls):
+                local_step_fns[fn.name.value] = True
+        for loop in (*self.index[cst.For], *self.index[cst.While]):
+            calls = self.direct_body_calls(loop)
+            train = any(self.is_backward_call(c) or self.is_optimizer_step(c) or self.is_scaler_call_step(c)
+                        for c in calls)
+            if not train:
+                for c in calls:
+                    n = c.func.value if isinstance(c.func, cst.Name) else (
+                        c.func.attr.value if isinstance(c.func, cst.Attribute) and isinstance(c.func.value, cst.Name) and c.func.value.value == "self" else None)
+                    if n in local_step_fns:
+                        train = True
+                        break
+            if train:
+                out[loop] = "train"
+                continue
+            if isinstance(loop, cst.For) and self.iterates_loader(loop):
+                if self._calls_a_model(calls) or self.iterates_loader(loop, weak=False):
+                    out[loop] = "eval"
+        return out
+
+    def iterates_loader(self, loop: cst.For, weak: bool = True) -> bool:
+        it = loop.iter
+        # `for i, batch in enumerate(loader)`: the loop still walks the loader.
+        while isinstance(it, cst.Call) and (self.qualname(it.func) or call_name(it)) == "enumerate" and it.args:
+            it = it.args[0].value
+        ks = self._element_kinds(it, ())
+        if "batch" in ks and "~batch" not in ks:
+            return True
+        return weak and "~batch" in ks
+
+    def _calls_a_model(self, calls: Iterable[cst.Call]) -> bool:
+        for c in calls:
+            ks = self.kinds(c.func)
+            if "model" in ks or "~model" in ks:
+                return True
+            if isinstance(c.func, cst.Name) and c.func.value == "self":
+                return True
+        return False
+
+    def loop_kind(self, loop: cst.CSTNode) -> str | None:
+        return self._loops.get(loop)
+
+    def training_loops(self) -> list[cst.CSTNode]:
+        return [l for l, k in self._loops.items() if k == "train"]
+
+    def eval_loops(self) -> list[cst.CSTNode]:
+        return [l for l, k in self._loops.items() if k == "eval"]
+
+    # -- per-iteration code ------------------------------------------------------------------
+    def is_option_test(self, test: cst.BaseExpression) -> bool:
+        """`if args.debug:`, `if not config.fast:`, `if self.args.sync:` — a user option."""
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test = test.expression
+        text = dotted(test) if isinstance(test, (cst.Name, cst.Attribute)) else None
+        if text is None:
+            return False
+        parts = text.split(".")
+        if parts[0] == "self" and len(parts) > 2:
+            parts = parts[1:]
+        return len(parts) >= 2 and parts[0] in _OPTION_ROOTS
+
+    def is_throttled_test(self, test: cst.BaseExpression) -> bool:
+        if self.is_option_test(test):
+            return True
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+            if self.is_option_test(test.left) or self.is_option_test(test.right):
+                return True
+        for n in _iter_expr(test):
+            if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo):
+                return True
+            if isinstance(n, cst.Comparison):
+                for comp in n.comparisons:
+                    if isinstance(comp.operator, cst.Equal):
+                        sides = (n.left, comp.comparator)
+                        for side in sides:
+                            if isinstance(side, cst.Integer):
+                                return True
+                            for sub in _iter_expr(side):
+                                if isinstance(sub, cst.Call) and isinstance(sub.func, cst.Name) and sub.func.value == "len":
+                                    return True
+                                if isinstance(sub, cst.Name) and _BOUND_NAMES.search(sub.value):
+                                    return True
+                                if isinstance(sub, cst.Attribute) and _BOUND_NAMES.search(sub.attr.value):
+                                    return True
+            if isinstance(n, cst.Name) and _THROTTLE_NAMES.search(n.value.lower()):
+                return True
+            if isinstance(n, cst.Attribute) and _THROTTLE_NAMES.search(n.attr.value.lower()):
+                return True
+        return False
+
+    def iteration_context(self, node: cst.CSTNode) -> LoopInfo | None:
+        """The training/eval loop (or per-step function) `node` runs in on every iteration.
+
+        None when the node is outside any such loop, or only runs in a throttled branch
+        (`if step % N == 0`, `if i == 0`, `if is_last`), in an exception handler, in a
+        branch that leaves the loop (ends in break/return/raise), or in a nested function.
+        """
+        cur = node
+        type_guarded = False
+        for parent in self.ancestors(node):
+            if isinstance(parent, cst.If):
+                if cur is parent.body:
+                    if self.is_throttled_test(parent.test) or _leaves(parent.body):
+                        return None
+                    type_guarded = type_guarded or _is_type_test(parent.test)
+            elif isinstance(parent, cst.ExceptHandler):
+                return None
+            elif isinstance(parent, (cst.For, cst.While)):
+                if cur is parent.body:
+                    kind = self._loops.get(parent)
+                    if kind is not None:
+                        return LoopInfo(parent, kind)
+                elif cur is getattr(parent, "orelse", None):
+                    return None
+            elif isinstance(parent, cst.FunctionDef):
+                kind = self._step_functions.get(parent)
+                if kind is not None and cur is parent.body:
+                    if type_guarded and parent in self.step_callers:
+                        # `if isinstance(v, torch.Tensor): v = v.item()` in a helper another
+                        # file calls: whether it runs depends on what the callers pass.
+                        return None
+                    return LoopInfo(parent, kind)
+                return None
+            elif isinstance(parent, (cst.Lambda, cst.ClassDef)):
+                return None
+            cur = parent
+        return None
+
+    # -- grad mode ------------------------------------------------------------------------
+    GRAD_OFF = ("torch.no_grad", "torch.inference_mode")
+
+    def grad_mode_of(self, expr: cst.BaseExpression) -> str | None:
+        """"off" for no_grad()/inference_mode()/set_grad_enabled(False), "on" for
+        enable_grad()/set_grad_enabled(True), else None."""
+        target = expr.func if isinstance(expr, cst.Call) else expr
+        q = self.qualname(target)
+        if q in self.GRAD_OFF:
+            if isinstance(expr, cst.Call) and q == "torch.inference_mode" and expr.args:
+                if literal_value(expr.args[0].value) is False:
+                    return "on"
+            return "off"
+        if q == "torch.enable_grad":
+            return "on"
+        if q == "torch.set_grad_enabled" and isinstance(expr, cst.Call) and expr.args:
+            v = literal_value(expr.args[0].value)
+            if v is False:
+                return "off"
+            if v is True:
+                return "on"
+            return "unknown"
+        return None
+
+    def grad_context(self, node: cst.CSTNode) -> str | None:
+        """"off"/"on"/"unknown" if `node` runs inside a grad-mode context or a function
+        decorated with one (innermost wins); None if no such context is visible."""
+        for a in self.ancestors(node):
+            if isinstance(a, cst.With):
+                for item in a.items:
+                    mode = self.grad_mode_of(item.item)
+                    if mode is not None:
+                        return mode
+            elif isinstance(a, cst.FunctionDef):
+                for d in a.decorators:
+                    mode = self.grad_mode_of(d.decorator)
+                    if mode is not None:
+                        return mode
+                return None
+            elif isinstance(a, (cst.Lambda, cst.ClassDef)):
+                return None
+        return None
+
+    def computed_without_grad(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """Whether the value of `expr` was computed with autograd off: `out = model(x)` under
+        `with torch.no_grad():`, then `loss = out.loss` outside it."""
+        if depth > 4:
+            return False
+        if self.grad_context(expr) == "off":
+            return True
+        base = expr
+        while isinstance(base, (cst.Attribute, cst.Subscript)):
+            base = base.value
+        if isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and base.func.attr.value in _PASS_THROUGH_METHODS:
+            return self.computed_without_grad(base.func.value, depth + 1)
+        if not isinstance(base, cst.Name):
+            return False
+        bindings = self.lookup(base.value, expr)
+        if not bindings:
+            return False
+        for b in bindings:
+            if b.how not in ("expr", "unpack") or b.site is None:
+                return False
+            if not (self.grad_context(b.site) == "off" or self.computed_without_grad(b.node, depth + 1)):
+                return False
+        return True
+
+
+_EXITS = {"sys.exit", "exit", "quit", "os._exit", "os.abort"}
+
+
+def _ends_the_run(stmt: cst.BaseSmallStatement) -> bool:
+    """`break`, `return`, `raise`, or `sys.exit(...)`/`exit()`: nothing after it iterates."""
+    if isinstance(stmt, (cst.Break, cst.Return, cst.Raise)):
+        return True
+    if isinstance(stmt, cst.Expr) and isinstance(stmt.value, cst.Call):
+        return (dotted(stmt.value.func) or "") in _EXITS
+    return False
+
+
+def _leaves(block: cst.BaseSuite) -> bool:
+    body = getattr(block, "body", ())
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, cst.SimpleStatementLine) and last.body:
+        return _ends_the_run(last.body[-1])
+    if isinstance(block, cst.SimpleStatementSuite):
+        return _ends_the_run(body[-1])
+    return False
+
+
+def _is_type_test(test: cst.BaseExpression) -> bool:
+    """`isinstance(x, ...)` / `not isinstance(...)` / `type(x) is ...`, alone or in a boolean."""
+    for n in _iter_expr(test):
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in ("isinstance", "type", "hasattr"):
+            return True
+    return False

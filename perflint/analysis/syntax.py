@@ -1,0 +1,74 @@
+"""Small helpers over single expressions: call names, arguments, literals."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+
+def call_name(call: cst.Call) -> str | None:
+    """The method or function name of a call: `a.b.step()` → "step"."""
+    f = call.func
+    if isinstance(f, cst.Attribute):
+        return f.attr.value
+    if isinstance(f, cst.Name):
+        return f.value
+    return None
+
+
+def receiver(call: cst.Call) -> cst.BaseExpression | None:
+    f = call.func
+    return f.value if isinstance(f, cst.Attribute) else None
+
+
+def get_arg(call: cst.Call, name: str | None, pos: int | None = None) -> cst.Arg | None:
+    """An argument by keyword, or by position when no keyword precedes it."""
+    for arg in call.args:
+        if arg.keyword is not None and name is not None and arg.keyword.value == name:
+            return arg
+    if pos is not None:
+        i = 0
+        for arg in call.args:
+            if arg.keyword is not None or arg.star:
+                break
+            if i == pos:
+                return arg
+            i += 1
+    return None
+
+
+def has_splat(call: cst.Call) -> bool:
+    return any(arg.star for arg in call.args)
+
+
+def literal_value(node: cst.BaseExpression | None):
+    """Python value of a simple literal (numbers, strings, True/False/None); else a sentinel."""
+    if node is None:
+        return _NOT_LITERAL
+    if isinstance(node, cst.Integer):
+        return node.evaluated_value
+    if isinstance(node, cst.Float):
+        return node.evaluated_value
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+        try:
+            return node.evaluated_value
+        except Exception:  # noqa: BLE001 - f-strings and odd prefixes
+            return _NOT_LITERAL
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[node.value]
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        v = literal_value(node.expression)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return -v
+    return _NOT_LITERAL
+
+
+class _NotLiteral:
+    def __repr__(self) -> str:
+        return "<not a literal>"
+
+
+_NOT_LITERAL = _NotLiteral()
+NOT_LITERAL = _NOT_LITERAL
+
+
+# ----------------------------------------------------------------------------------------

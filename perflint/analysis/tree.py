@@ -1,0 +1,161 @@
+"""The tree: one iterative walk (parents, source order, a per-type index) and the
+navigation every analysis uses (ancestors, scopes, statements, blocks)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import libcst as cst
+
+from perflint.names import dotted
+
+Scope = cst.CSTNode  # a Module, FunctionDef, Lambda or ClassDef
+
+# Fields that hold only whitespace, punctuation or comments: never needed by the facts.
+_SKIP_FIELDS = {
+    "whitespace_before", "whitespace_after", "whitespace_before_args", "whitespace_after_func",
+    "whitespace_before_colon", "whitespace_after_colon", "whitespace_after_star",
+    "whitespace_after_param", "whitespace_before_params", "whitespace_after_def",
+    "whitespace_after_class", "whitespace_before_as", "whitespace_after_as",
+    "whitespace_after_import", "whitespace_before_import", "whitespace_after_from",
+    "whitespace_after_in", "whitespace_before_in", "whitespace_after_for",
+    "whitespace_after_if", "whitespace_before_if", "whitespace_before_else",
+    "whitespace_after_else", "whitespace_after_while", "whitespace_after_with",
+    "whitespace_after_await", "whitespace_after_return", "whitespace_after_lambda",
+    "whitespace_after_del", "whitespace_after_assert", "whitespace_after_raise",
+    "whitespace_after_global", "whitespace_after_nonlocal", "whitespace_after_async",
+    "whitespace_after_indicator", "whitespace_before_indicator", "whitespace_before_expression",
+    "whitespace_after_expression", "whitespace_after_case", "whitespace_after_match",
+    "whitespace_before_value", "whitespace_after_value", "whitespace_before_from",
+    "whitespace", "lpar", "rpar", "comma", "leading_lines", "lines_after_decorators",
+    "header", "footer", "trailing_whitespace", "semicolon", "equal", "colon", "dot",
+    "lbracket", "rbracket", "lbrace", "rbrace", "star", "asynchronous", "await",
+    "first_line", "empty_lines", "newline", "star_tok",
+}
+_FIELDS_CACHE: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    fields = _FIELDS_CACHE.get(cls)
+    if fields is None:
+        fields = tuple(
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.name not in _SKIP_FIELDS and not f.name.startswith("whitespace")
+        )
+        _FIELDS_CACHE[cls] = fields
+    return fields
+
+
+_INDEXED = (
+    cst.Call, cst.For, cst.While, cst.With, cst.If, cst.FunctionDef, cst.ClassDef,
+    cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Import, cst.ImportFrom, cst.Lambda,
+    cst.Return, cst.SimpleString, cst.Attribute, cst.Decorator, cst.Assert, cst.Yield,
+    cst.Del, cst.CompFor, cst.NamedExpr, cst.Name, cst.BinaryOperation,
+)
+
+# ----------------------------------------------------------------------------------------
+
+
+def _iter_expr(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        for name in _child_fields(type(n)):
+            v = getattr(n, name)
+            if isinstance(v, cst.CSTNode):
+                stack.append(v)
+            elif isinstance(v, (list, tuple)):
+                stack.extend(x for x in v if isinstance(x, cst.CSTNode))
+
+
+def iter_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every node under `node` (whitespace and punctuation skipped), node included."""
+    return _iter_expr(node)
+
+
+
+
+class TreeMixin:
+    """Navigation over the walk's parent map and index."""
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        p = self.parents.get(node)
+        while p is not None:
+            yield p
+            p = self.parents.get(p)
+
+    def scope_of(self, node: cst.CSTNode) -> Scope:
+        for a in self.ancestors(node):
+            if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.Module)):
+                return a
+            if isinstance(a, cst.ClassDef):
+                return a
+        return self.module
+
+    def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        for a in self.ancestors(node):
+            if isinstance(a, cst.FunctionDef):
+                return a
+            if isinstance(a, (cst.ClassDef, cst.Lambda)):
+                return None
+        return None
+
+    def enclosing_class(self, node: cst.CSTNode) -> cst.ClassDef | None:
+        for a in self.ancestors(node):
+            if isinstance(a, cst.ClassDef):
+                return a
+        return None
+
+    def statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The smallest enclosing statement (simple statement line or compound statement)."""
+        cur = node
+        while cur is not None and not isinstance(cur, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            cur = self.parents.get(cur)
+        return cur if cur is not None else node
+
+    def block_of(self, node: cst.CSTNode) -> tuple[cst.CSTNode, int] | None:
+        """(the IndentedBlock or Module whose body holds `node`'s statement, its index)."""
+        stmt = self.statement_of(node)
+        parent = self.parents.get(stmt)
+        if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            for i, s in enumerate(parent.body):
+                if s is stmt:
+                    return parent, i
+        return None
+
+    def later_uses(self, name: str, scope: cst.CSTNode, after: int) -> list[cst.Name]:
+        """Every `Name` node spelled `name` inside `scope` whose source order is past `after`
+        (an order from `self.order`, e.g. that of the assignment target that binds it)."""
+        return [n for n in self.nodes_within(scope, cst.Name)  # type: ignore[misc]
+                if n.value == name and self.order.get(n, -1) > after]
+
+    def is_inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+        return node is container or any(a is container for a in self.ancestors(node))
+
+    def nodes_within(self, container: cst.CSTNode, cls: type) -> list[cst.CSTNode]:
+        return [n for n in self.index[cls] if self.is_inside(n, container)]
+
+    def calls(self) -> list[cst.Call]:
+        return self.index[cst.Call]  # type: ignore[return-value]
+
+    def qualname(self, node: cst.BaseExpression) -> str | None:
+        return self.imports.resolve(node)
+
+    def calls_to(self, *qualnames: str) -> list[cst.Call]:
+        wanted = set(qualnames)
+        return [c for c in self.index[cst.Call] if self.imports.resolve(c.func) in wanted]  # type: ignore[attr-defined]
+
+    def calls_within(self, container: cst.CSTNode) -> list[cst.Call]:
+        """Every call under `container`, nested defs included, in source order."""
+        lo = self.order.get(container, 0)
+        return [c for c in self.index[cst.Call] if self.order.get(c, -1) > lo and self.is_inside(c, container)]
+
+    def receiver_text(self, expr: cst.BaseExpression | None) -> str | None:
+        """`self.scaler` → "self.scaler"; used to match the same object across calls."""
+        return dotted(expr) if expr is not None else None

@@ -1,0 +1,105 @@
+"""The vocabulary the analyses recognise: torch classes and functions, naming conventions."""
+
+from __future__ import annotations
+
+import re
+
+DATALOADER = "torch.utils.data.DataLoader"
+OPTIMIZER_CLASSES = {
+    "Adam", "AdamW", "SGD", "Adagrad", "Adadelta", "Adamax", "ASGD", "LBFGS", "NAdam",
+    "RAdam", "RMSprop", "Rprop", "SparseAdam", "Muon", "Adafactor",
+}
+_THIRD_PARTY_OPTIMIZERS = re.compile(
+    r"^(bitsandbytes\.optim\.\w+|transformers\.(optimization\.)?(AdamW|Adafactor)|"
+    r"apex\.optimizers\.\w+|torch_optimizer\.\w+|timm\.optim\.\w+|lion_pytorch\.Lion|"
+    r"deepspeed\.ops\.\w+\.\w+)$"
+)
+SCALERS = {"torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.cpu.amp.GradScaler"}
+AUTOCASTS = {"torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast"}
+LOSS_FUNCTIONS = {
+    "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "cosine_embedding_loss",
+    "margin_ranking_loss", "triplet_margin_loss", "ctc_loss", "poisson_nll_loss",
+    "gaussian_nll_loss", "hinge_embedding_loss", "multilabel_margin_loss",
+    "multilabel_soft_margin_loss", "multi_margin_loss", "soft_margin_loss",
+    "triplet_margin_with_distance_loss",
+}
+MODEL_FACTORIES = re.compile(
+    r"^(torchvision\.models\.[\w.]+|timm\.create_model|torch\.hub\.load|"
+    r"transformers\.\w+\.from_pretrained|transformers\.\w+|torchaudio\.models\.\w+)$"
+)
+# Calls that return their receiver's kind (tensors stay tensors, models stay models).
+_PASS_THROUGH_METHODS = {
+    "to", "cuda", "cpu", "float", "half", "bfloat16", "double", "long", "int", "bool",
+    "contiguous", "squeeze", "unsqueeze", "view", "reshape", "permute", "transpose", "t",
+    "flatten", "clone", "train", "eval", "requires_grad_", "type", "expand", "repeat",
+    "sum", "mean", "max", "min", "abs", "sqrt", "exp", "log", "pow", "clamp", "norm",
+    "softmax", "log_softmax", "sigmoid", "tanh", "relu", "argmax", "argmin", "topk", "sort",
+    "eq", "ne", "gt", "lt", "ge", "le", "mul", "add", "sub", "div", "matmul", "masked_fill",
+    "squeeze_", "unsqueeze_", "add_", "mul_", "div_", "sub_", "zero_", "fill_", "std", "var",
+    "prod", "cumsum", "gather", "index_select", "chunk", "split", "narrow", "to_dense",
+    "pin_memory", "share_memory_", "nan_to_num", "round", "floor", "ceil", "neg", "reciprocal",
+    "all", "any", "isnan", "isinf", "isfinite", "nonzero", "where", "logsumexp", "amax", "amin",
+    "square", "rsqrt", "exp_", "cumprod",
+}
+_DETACH_METHODS = {"detach", "detach_", "item", "tolist", "numpy", "cpu"}
+_NON_TENSOR_TORCH = re.compile(
+    r"^torch\.(cuda\.(is_available|device_count|current_device|get_device_name|"
+    r"get_device_properties|is_bf16_supported|memory_allocated|max_memory_allocated|"
+    r"memory_reserved|mem_get_info|synchronize|empty_cache|set_device|manual_seed(_all)?|"
+    r"reset_peak_memory_stats)|device|dtype|Size|manual_seed|set_\w+|get_\w+|is_\w+|"
+    r"no_grad|enable_grad|inference_mode|autocast|amp\.\w+|compile|load|save|"
+    r"backends\.[\w.]+|distributed\.[\w.]+|utils\.[\w.]+|optim\.[\w.]+|nn\.[\w.]+|"
+    r"multiprocessing\.[\w.]+|jit\.[\w.]+|hub\.[\w.]+|finfo|iinfo|numel|typename|"
+    r"use_deterministic_algorithms|autograd\.[\w.]+|profiler\.[\w.]+|library\.[\w.]+|"
+    r"accelerator\.[\w.]+|mps\.[\w.]+|xpu\.[\w.]+|compiler\.[\w.]+)$"
+)
+_CONSTRUCTORS = {"zeros", "ones", "full", "empty", "eye", "arange", "linspace", "logspace", "tensor",
+                 "zeros_like", "ones_like", "full_like", "empty_like", "rand", "randn", "randint", "randperm",
+                 "normal", "as_tensor", "scalar_tensor"}
+_DTYPE_NAMES = {
+    "float", "float32", "float16", "half", "bfloat16", "float64", "double", "int", "int32", "int64",
+    "long", "int8", "uint8", "bool", "int16", "short", "complex64", "complex128", "cfloat",
+    "float8_e4m3fn", "float8_e5m2",
+}
+_RANDOM_CONSTRUCTORS = {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "rand_like",
+                        "randn_like", "randint_like", "poisson", "multinomial"}
+
+_HINTS = [
+    ("~dataloader", re.compile(r"(^|_)(data)?loader(s)?(_|$)|^dl(_\w+)?$|(^|_)dl$|_dataloader$|^loader_")),
+    ("~optimizer", re.compile(r"(^|_)(optim|optimizer|optimiser|opt)(s)?(_|\d|$)")),
+    ("~model", re.compile(r"(^|_)(model|net|network|encoder|decoder|generator|discriminator|"
+                          r"classifier|backbone|module|critic|actor|policy|q_net|qnet|unet|vae|student|teacher)(s)?(_|\d|$)")),
+    ("~criterion", re.compile(r"(^|_)(criterion|loss_fn|loss_func|lossfn|loss_function|criteria)(_|\d|$)")),
+    ("~scaler", re.compile(r"(^|_)(grad_)?scaler(_|$)")),
+    ("~loss", re.compile(r"(^|_)loss(es)?(_|\d|$)")),
+]
+_STEP_NAME = re.compile(
+    r"^_*(train|training|optimi[sz]e|learn|fit|run|process|update|forward_backward|fwd_bwd)?_?"
+    r"(step|batch|one_batch|on_batch|iteration|iter|minibatch|micro_batch)$"
+)
+# `if args.synchronize_step:` — an option the user switches on, not every iteration's path.
+_OPTION_ROOTS = {"args", "opt", "opts", "options", "config", "cfg", "conf", "hparams", "hp", "flags", "FLAGS",
+                 "settings", "params"}
+_THROTTLE_NAMES = re.compile(
+    r"(^|_)(last|final)(_|$)|^should_(log|print|eval|save|validate)|^(do|is)_(log|print|eval)(_|$)|"
+    r"^log_now$"
+)
+_BOUND_NAMES = re.compile(r"(last|final|max|total|num|end|steps|len|count|size)", re.I)
+
+
+_VERB_PREFIX = re.compile(
+    r"^_*(get|build|create|make|load|init|setup|save|compute|update|reset|freeze|unfreeze|print|log|"
+    r"set|is|has|evaluate|run|to|prepare|wrap|copy|clone|export|register|add|apply|configure)_"
+)
+
+
+# Called names that are actions, not the model itself: `convert_model(m)`, `train_model()`.
+_CALLEE_VERB = re.compile(
+    r"^_*(get|build|create|make|load|init|initialize|setup|save|compute|update|reset|freeze|unfreeze|print|log|"
+    r"set|is|has|evaluate|eval|run|to|prepare|wrap|unwrap|copy|clone|export|register|add|apply|configure|"
+    r"convert|fuse|quantize|prune|trace|script|compile|optimize|patch|replace|move|cast|shard|parallelize|"
+    r"summarize|describe|check|validate|test|train|fit|count|profile|benchmark|warmup|step|forward_backward)_"
+)
+
+

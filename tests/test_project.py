@@ -1,0 +1,175 @@
+"""The project layer: roots, module resolution as Python does it for each layout, summaries,
+cross-module kinds and per-step helpers, and the cache's dependence on other files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_support import run, write
+from perflint.analysis.project import ProjectIndex, find_root
+
+TRAIN = """\
+import torch
+from metrics import accuracy
+from data import get_dataloader
+
+device = torch.device("cuda")
+model = torch.nn.Linear(8, 2).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = get_dataloader()
+for epoch in range(2):
+    for x, y in loader:
+        out = model(x.to(device, non_blocking=True))
+        loss = torch.nn.functional.cross_entropy(out, y.to(device, non_blocking=True))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        acc = accuracy(out, y)
+"""
+METRICS = """\
+def accuracy(out, y):
+    return (out.argmax(1) == y).float().mean().item()
+"""
+DATA = """\
+from torch.utils.data import DataLoader, Dataset
+
+
+class Items(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return i
+
+
+def get_dataloader():
+    return DataLoader(Items(), batch_size=4, num_workers=2, persistent_workers=True, pin_memory=True)
+"""
+
+
+def findings(result) -> list[tuple[str, int, str]]:
+    return sorted((Path(d["filename"]).name, d["location"]["row"], d["code"]) for d in json.loads(result.stdout))
+
+
+@pytest.fixture
+def proj(tmp_path, monkeypatch):
+    write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "train.py": TRAIN, "metrics.py": METRICS, "data.py": DATA})
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_a_helper_called_every_step_from_another_file_is_reported_once_naming_the_caller(proj):
+    r = run("check", ".", "--no-cache", "--output-format", "json", "--select", "PF201")
+    assert findings(r) == [("metrics.py", 2, "PF201")]
+    msg = json.loads(r.stdout)[0]["message"]
+    assert msg.endswith("(runs once per step: called from train.py:16)")
+    # The same finding when only the helper's file is checked: its project is still read.
+    single = run("check", "metrics.py", "--no-cache", "--output-format", "json", "--select", "PF201")
+    assert findings(single) == [("metrics.py", 2, "PF201")]
+
+
+def test_without_the_caller_the_helper_is_silent_and_the_cache_notices_the_change(proj):
+    assert findings(run("check", "metrics.py", "--output-format", "json", "--select", "PF201"))
+    (proj / "train.py").write_text(TRAIN.replace("        acc = accuracy(out, y)\n", ""))
+    assert findings(run("check", "metrics.py", "--output-format", "json", "--select", "PF201")) == []
+    (proj / "train.py").write_text(TRAIN)
+    assert findings(run("check", "metrics.py", "--output-format", "json", "--select", "PF201")) == [
+        ("metrics.py", 2, "PF201")]
+
+
+def test_a_loader_from_a_project_factory_gives_batches(proj):
+    (proj / "train.py").write_text(TRAIN.replace("x.to(device, non_blocking=True)", "x.to(device)"))
+    r = run("check", "train.py", "--no-cache", "--output-format", "json", "--select", "PF105")
+    assert findings(r) == [("train.py", 11, "PF105")]
+
+
+def test_an_imported_conv_model_makes_a_conv_net(tmp_path, monkeypatch):
+    write(tmp_path, {
+        "setup.py": "",
+        "models/__init__.py": "from .net import *\n",
+        "models/net.py": "import torch.nn as nn\n\n__all__ = ['Net']\n\n\nclass Net(nn.Module):\n"
+                         "    def __init__(self):\n        super().__init__()\n        self.c = nn.Conv2d(3, 8, 3)\n",
+        "main.py": "import torch\nfrom models import Net\n\nmodel = Net().cuda()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                   "for x in range(3):\n    loss = model(torch.randn(1, 3, 8, 8, device='cuda')).sum()\n"
+                   "    loss.backward()\n    opt.step()\n",
+    })
+    monkeypatch.chdir(tmp_path)
+    r = run("check", "main.py", "--no-cache", "--output-format", "json", "--select", "PF406")
+    assert [f[2] for f in findings(r)] == ["PF406"]
+    # Without the project (the model file gone), nothing says the model has convolutions.
+    (tmp_path / "models" / "net.py").write_text("import torch.nn as nn\n\n\nclass Net(nn.Module):\n    pass\n")
+    assert findings(run("check", "main.py", "--no-cache", "--output-format", "json", "--select", "PF406")) == []
+
+
+def test_module_resolution_follows_the_layout(tmp_path):
+    files = {
+        "pkg/src/lib/__init__.py": "",
+        "pkg/src/lib/util.py": "",
+        "pkg/scripts/train.py": "",
+        "pkg/scripts/helpers.py": "",
+        "pkg/lib2/__init__.py": "from .mod import thing\n",
+        "pkg/lib2/mod.py": "",
+    }
+    for rel in files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(files[rel])
+    (tmp_path / "pkg" / "pyproject.toml").write_text("")
+    root = find_root(tmp_path / "pkg" / "scripts" / "train.py")
+    assert root == (tmp_path / "pkg").absolute()
+    p = lambda rel: str((tmp_path / rel).absolute())  # noqa: E731
+    summaries = {p(r): {"classes": {}, "functions": {}, "imports": {}, "relative": {}} for r in files}
+    summaries[p("pkg/lib2/mod.py")]["functions"] = {"thing": {"returns": ["dataloader"]}}
+    summaries[p("pkg/lib2/__init__.py")]["relative"] = {"thing": ".mod.thing"}
+    summaries[p("pkg/src/lib/util.py")]["functions"] = {"f": {}}
+    summaries[p("pkg/scripts/helpers.py")]["functions"] = {"g": {}}
+    index = ProjectIndex(root, summaries)
+    train = p("pkg/scripts/train.py")
+    assert index.resolve(train, "helpers.g") == (p("pkg/scripts/helpers.py"), "g")  # the script's own folder
+    assert index.resolve(train, "lib.util.f") == (p("pkg/src/lib/util.py"), "f")  # a src/ layout
+    assert index.resolve(train, "lib2.thing") == (p("pkg/lib2/mod.py"), "thing")  # re-exported by __init__
+    assert index.result_kinds(index.resolve(train, "lib2.thing")) == {"dataloader"}
+    assert index.resolve(p("pkg/lib2/mod.py"), ".") is None or True
+    assert index.resolve(train, "torch.nn.Linear") is None  # outside the project: unknown
+
+
+def test_a_warm_project_run_does_not_import_libcst(proj):
+    probe = (
+        "import sys\nfrom perflint.cli import main\n"
+        "try:\n    main(['check', '.', '--exit-zero', '--output-format', 'concise'])\n"
+        "except SystemExit:\n    pass\n"
+        "print('imported libcst:', 'libcst' in sys.modules)\n"
+    )
+    env = {**os.environ, "PERFLINT_CACHE_DIR": str(proj / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", probe], cwd=proj, env=env, capture_output=True, text=True)
+            for _ in range(2)]
+    first, second = (r.stdout.splitlines() for r in runs)
+    assert first[-1] == "imported libcst: True", runs[0].stderr
+    assert second[-1] == "imported libcst: False", runs[1].stderr
+    assert first[:-1] == second[:-1] and any("metrics.py" in line for line in first[:-1])
+
+
+def test_loader_options_through_kwargs_and_argparse_defaults(tmp_path, monkeypatch):
+    write(tmp_path, {"pyproject.toml": "", "main.py": """\
+        import argparse
+        import torch
+        from torch.utils.data import DataLoader
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--workers", type=int, default=0)
+        args = parser.parse_args()
+        train_kwargs = {"batch_size": 64}
+        cuda_kwargs = {"num_workers": 1, "pin_memory": True, "shuffle": True}
+        train_kwargs.update(cuda_kwargs)
+        train_loader = DataLoader(ds, **train_kwargs)
+        test_loader = DataLoader(ds, batch_size=64)
+        val_loader = DataLoader(ds, batch_size=64, num_workers=args.workers)
+        """})
+    monkeypatch.chdir(tmp_path)
+    r = run("check", "main.py", "--no-cache", "--output-format", "json", "--select", "PF101")
+    assert findings(r) == [("main.py", 12, "PF101"), ("main.py", 13, "PF101")]

@@ -1,0 +1,104 @@
+"""Messages say what fits the code at hand: PF201's advice depends on the value read with
+`.item()`; PF405/PF406 name what they report (the training loop, the conv layer)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from perflint.engine import LintOptions, lint_bytes
+
+
+def _messages(src: str, code: str) -> dict[int, str]:
+    result = lint_bytes("t.py", textwrap.dedent(src).encode(), LintOptions(codes=(code,), prefilter=False))
+    assert not result.errors
+    return {d.location.row: d.message for d in result.diagnostics}
+
+
+PF201_SRC = """\
+import math
+import torch
+
+device = torch.device("cuda")
+model = torch.nn.Linear(8, 3).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = []
+total = correct = 0
+for x, y in loader:
+    x, y = x.to(device), y.to(device)
+    out = model(x)
+    loss = torch.nn.functional.cross_entropy(out, y)
+    loss.backward()
+    opt.step()
+    total += loss.item()
+    correct += (out.argmax(1) == y).sum().item()
+    hits = out.argmax(1).eq(y).sum().item()
+    acc = (out.argmax(1) == y).float().mean().item()
+    if loss.item() > 10:
+        print("diverging")
+    if not math.isfinite(loss.item()):
+        break
+    peak = out.max().item()
+"""
+
+
+def test_pf201_advice_fits_the_value():
+    msgs = _messages(PF201_SRC, "PF201")
+    loss, count, count_eq, rate, branch, finite, other = (msgs[r] for r in (15, 16, 17, 18, 19, 21, 23))
+    assert "loss.detach()" in loss and ".item()" in loss
+    for m in (count, count_eq):
+        assert "loss" not in m
+        assert "correct += (pred == y).sum()" in m
+    assert "loss" not in rate and ".sum()" in rate
+    for m in (branch, finite):
+        assert "loss.detach()" not in m and "running" not in m
+        assert "branch" in m or "condition" in m
+    assert "loss" not in other and "running +=" not in other
+    assert len({loss, count, branch, other}) == 4
+
+
+PF405_SRC = """\
+import torch
+import torch.nn as nn
+
+model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.LazyLinear(10)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def evaluate(loader):
+    for x in loader:
+        model(x.cuda())
+
+
+for step in range(10):
+    loss = model(torch.randn(2, 3, 8, 8).cuda()).sum()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_pf405_points_at_the_training_loop_and_pf406_at_the_conv_layer():
+    tf32 = _messages(PF405_SRC, "PF405")
+    assert list(tf32) == [13]
+    assert "training loop" in tf32[13]
+    cudnn = _messages(PF405_SRC, "PF406")
+    assert list(cudnn) == [4]
+    assert "conv" in cudnn[4].lower() and "layer" in cudnn[4]
+
+
+def test_pf403_message_names_the_scripts_device_test():
+    src = """\
+    import torch
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Linear(4, 4).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        out = model(torch.randn(2, 4, device=device))
+        loss = out.square().mean()
+        loss.backward()
+        opt.step()
+    """
+    (msg,) = _messages(src, "PF403").values()
+    assert 'torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")' in msg
+    assert "another device keeps fp32" in msg
+    (plain,) = _messages(src.replace('"cuda" if torch.cuda.is_available() else "cpu"', '"cuda"'), "PF403").values()
+    assert 'torch.autocast("cuda", dtype=torch.bfloat16)' in plain and "another device" not in plain
