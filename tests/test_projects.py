@@ -31,8 +31,14 @@ PROJECTS_DIR = FIXTURES / "projects"
 PROJECTS = sorted(p for p in PROJECTS_DIR.iterdir() if (p / "pyproject.toml").is_file())
 REPO = FIXTURES.parent
 
-# project name → why it cannot pass yet (a rule gap, listed in the README).
-GAPS: dict[str, str] = {}
+# project → {file: why its annotations cannot all be met yet} (gaps in the rules or the
+# single-file analysis, listed in fixtures/projects/README.md).
+GAPS: dict[str, dict[str, str]] = {
+    "p02_datasets_train_utils": {
+        "train.py": "train.py:29 PF105: the batch kind is lost when the loop iterates a name bound to "
+                    "tqdm(enumerate(loader)) (analysis/kinds.py _element_kinds)",
+    },
+}
 
 _CALLED_FROM = re.compile(r"#\s*expect:[^#\n]*\(runs once per step: called from (?P<where>[\w./-]+:\d+)\)")
 
@@ -81,13 +87,14 @@ def reported(project: Path, *targets: str, cwd: Path | None = None) -> tuple[Cou
     return out, diags
 
 
-def _mark(project: Path):
-    reason = GAPS.get(project.name)
-    return [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+def _mark(project: Path, path: Path | None = None):
+    gaps = GAPS.get(project.name, {})
+    reasons = [why for f, why in sorted(gaps.items()) if path is None or _rel(project, path) == f]
+    return [pytest.mark.xfail(strict=True, reason="; ".join(reasons))] if reasons else []
 
 
 def _params(items):
-    return [pytest.param(*item, marks=_mark(item[0]), id="/".join(
+    return [pytest.param(*item, marks=_mark(*item), id="/".join(
         [item[0].name] + [_rel(item[0], x) for x in item[1:]])) for item in items]
 
 
