@@ -38,6 +38,10 @@ GAPS: dict[str, dict[str, str]] = {
         "train.py": "train.py:29 PF105: the batch kind is lost when the loop iterates a name bound to "
                     "tqdm(enumerate(loader)) (analysis/kinds.py _element_kinds)",
     },
+    "p03_engine_main": {
+        "engine.py": "engine.py:53-55 PF201: a loop over metric_logger.log_every(data_loader, ...) is not an "
+                     "evaluation loop (analysis/kinds.py _element_kinds knows tqdm-like wrappers only)",
+    },
 }
 
 _CALLED_FROM = re.compile(r"#\s*expect:[^#\n]*\(runs once per step: called from (?P<where>[\w./-]+:\d+)\)")
