@@ -48,6 +48,10 @@ GAPS: dict[str, dict[str, str]] = {
         "src/tabnet/trainer.py": "trainer.py:11,15,17: torch.device(cfg.device) with a \"cuda\" config default is not "
                                  "accelerator evidence yet (analysis/devices.py)",
     },
+    "p05_speaker_verification": {
+        "SpeakerNet.py": "SpeakerNet.py: torch.LongTensor(batch).cuda() loses the batch kind (PF105), and "
+                         "x.detach().cpu().item() is reported by neither PF201 nor PF202 (issue 11 point 5)",
+    },
 }
 
 _CALLED_FROM = re.compile(r"#\s*expect:[^#\n]*\(runs once per step: called from (?P<where>[\w./-]+:\d+)\)")
