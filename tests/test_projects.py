@@ -52,6 +52,10 @@ GAPS: dict[str, dict[str, str]] = {
         "SpeakerNet.py": "SpeakerNet.py: torch.LongTensor(batch).cuda() loses the batch kind (PF105), and "
                          "x.detach().cpu().item() is reported by neither PF201 nor PF202 (issue 11 point 5)",
     },
+    "p07_argparse_kwargs": {
+        "main.py": "main.py: PF101/PF102 skip DataLoader(ds, **test_kwargs) and PF101 skips num_workers=args.workers "
+                   "with an argparse default of 0 (being wired into the rules)",
+    },
 }
 
 _CALLED_FROM = re.compile(r"#\s*expect:[^#\n]*\(runs once per step: called from (?P<where>[\w./-]+:\d+)\)")
