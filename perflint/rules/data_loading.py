@@ -48,7 +48,10 @@ def worker_count(facts: Facts, call: cst.Call) -> tuple[str, cst.Arg | None]:
         return "zero", None
     values = facts_literal_values(facts, arg.value)
     if values is None:
-        return "unknown", arg
+        found, default = facts.option_default(arg.value)  # `args.workers`, `cfg.num_workers`
+        if not found or default is None:
+            return "unknown", arg
+        values = [default]
     if all(v == 0 for v in values):
         return "zero", arg
     if all(isinstance(v, int) and v > 0 for v in values):
@@ -295,11 +298,13 @@ def _resolved(facts: Facts, expr: cst.BaseExpression) -> cst.CSTNode:
     return expr
 
 
-def collate_origin(facts: Facts, call: cst.Call) -> str:
-    arg = loader_arg(call, "collate_fn")
-    if arg is None or literal_value(arg.value) is None:
+def collate_origin(facts: Facts, call: cst.Call, expr: cst.BaseExpression | None = None) -> str:
+    if expr is None:
+        arg = loader_arg(call, "collate_fn")
+        expr = arg.value if arg is not None else None
+    if expr is None or literal_value(expr) is None:
         return "cpu"
-    fn = _function_node(facts, arg.value)
+    fn = _function_node(facts, expr)
     if fn is None:
         return "unknown"
     return "device" if moves_to_device(facts, fn) else "cpu"
@@ -695,17 +700,16 @@ class DataLoaderNoPinMemory(Rule):
         if not facts.is_cuda_code:
             return
         for call in _dataloaders(facts):
-            if has_splat(call) or loader_arg(call, "pin_memory") is not None:
+            opts = loader_options(facts, call)
+            if opts is None or "pin_memory" in opts or "pin_memory_device" in opts:
                 continue
-            if get_arg(call, "pin_memory_device") is not None:
-                continue
-            collate = collate_origin(facts, call)
-            dataset = dataset_origin(facts, (loader_arg(call, "dataset") or cst.Arg(cst.Name("None"))).value)
+            collate = collate_origin(facts, call, opts.get("collate_fn"))
+            dataset = dataset_origin(facts, opts.get("dataset"))
             if collate == "device" or dataset == "device":
                 continue
             new = add_arg(call, make_kwarg("pin_memory", "True"))
             plan_msg = "Add `pin_memory=True`"
-            if collate == "cpu" and dataset == "cpu":
+            if collate == "cpu" and dataset == "cpu" and not has_splat(call):
                 fix = self.safe(plan_msg, {call: new})
             else:
                 fix = self.unsafe(plan_msg, {call: new})
@@ -1061,7 +1065,7 @@ class BlockingHostToDeviceCopy(Rule):
             if not facts.has_kind(recv, "batch", weak=False):
                 continue
             target = _target_device(facts, call)
-            if target is None or (target == "maybe" and not facts.is_cuda_code):
+            if target is None or (target == "maybe" and not (facts.is_cuda_code or facts.called_from_cuda_loop)):
                 continue
             if facts.iteration_context(call) is None:
                 continue
