@@ -180,7 +180,28 @@ class LoopsMixin:
             if isinstance(loop, cst.For) and self.iterates_loader(loop):
                 if self._calls_a_model(calls) or self.iterates_loader(loop, weak=False):
                     out[loop] = "eval"
+            elif isinstance(loop, cst.For) and self._runs_an_evaluated_model(loop, calls):
+                out[loop] = "eval"  # `model.eval()` then `for path in files: model(load(path))`
         return out
+
+    def _runs_an_evaluated_model(self, loop: cst.For, calls: list[cst.Call]) -> bool:
+        """The loop body calls a model that was put in `.eval()` mode earlier in the same
+        function (or module), before the loop."""
+        if isinstance(loop.iter, cst.Call) and call_name(loop.iter) == "range" and not any(
+                call_name(c) == "next" or "batch" in (call_name(c) or "").lower() for c in calls):
+            return False  # `for k in range(n)` counts steps only when it draws batches (`get_batch()`, `next(it)`)
+        models = {self.receiver_text(c.func) for c in calls if "model" in self.kinds(c.func)}
+        models.discard(None)
+        if not models:
+            return False
+        scope = self.enclosing_function(loop) or self.module
+        start = self.order.get(loop, 0)
+        for c in self.calls_within(scope):
+            if call_name(c) == "eval" and not c.args and isinstance(c.func, cst.Attribute) \
+                    and self.order.get(c, 0) < start and self.receiver_text(c.func.value) in models \
+                    and self.enclosing_function(c) is self.enclosing_function(loop):
+                return True
+        return False
 
     def iterates_loader(self, loop: cst.For, weak: bool = True) -> bool:
         it = loop.iter
