@@ -52,7 +52,7 @@ def to_json(results: list[FileResult]) -> str:
 
 def statistics_json(results: list[FileResult], unsafe: bool = False) -> str:
     """`--statistics --output-format json`: ruff's shape, most frequent first."""
-    from perflint.report.text import fixable
+    from perflint.report.counts import is_fixable as fixable
 
     counts: dict[str, dict] = {}
     for r in results:
