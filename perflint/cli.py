@@ -214,7 +214,7 @@ def _stdin_source(paths, stdin_filename) -> bytes | None:
         if stdin_filename:
             raise click.UsageError("--stdin-filename reads standard input: give no paths, or `-`")
         return None
-    return click.get_binary_stream("stdin").read()
+    return sys.stdin.buffer.read()
 
 
 def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
@@ -259,8 +259,9 @@ def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exc
         # The fixed source (or the source as it came, when nothing changed or it could not
         # be checked) on stdout; what is left on stderr.
         out = changed[0].fixed_bytes if changed else stdin
-        click.get_binary_stream("stdout").write(out)
-        click.get_binary_stream("stdout").flush()
+        sys.stdout.flush()
+        sys.stdout.buffer.write(out)
+        sys.stdout.buffer.flush()
         if show_fixes:
             _show_fixes(changed, stderr=True)
         _render(outcome, output_format, unsafe, statistics, quiet, fixed=(fixed, uncovered), stderr=True,
@@ -421,29 +422,29 @@ def rule(code, show_all, output_format):
         data = [_rule_json(r) for r in chosen]
         click.echo(json.dumps(data if show_all else data[0], indent=2))
         return
+    console = _console()
+    if not console.is_terminal:
+        # Piped or redirected: the markdown itself, every line whole (no wrapping at a
+        # width no terminal asked for).
+        click.echo("\n\n".join(_rule_markdown(r) for r in chosen))
+        return
     from rich.markdown import Markdown
 
-    console = _console()
     for r in chosen:
         console.print(Markdown(_rule_markdown(r)))
         console.print()
 
 
 def _rule_markdown(r) -> str:
-    return (f"# {r.code} ({r.name})\n\n*{r.summary}*\n\nFix: **{r.fix_class}** · severity: {r.severity.value} · "
-            f"{'on' if r.default else 'off'} by default · {_versions(r)}\n\n{r.doc()}")
+    from perflint.ruledoc import rule_markdown
+
+    return rule_markdown(r)
 
 
 def _versions(r) -> str:
-    lo = ".".join(map(str, r.min_torch)) if r.min_torch else None
-    hi = ".".join(map(str, r.max_torch)) if r.max_torch else None
-    if lo and hi:
-        return f"target torch {lo} to before {hi}"
-    if lo:
-        return f"target torch ≥ {lo}"
-    if hi:
-        return f"target torch < {hi}"
-    return "all torch versions"
+    from perflint.ruledoc import versions
+
+    return versions(r)
 
 
 def _rule_json(r) -> dict:

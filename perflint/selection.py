@@ -30,7 +30,7 @@ def _registry():
     third of its time; so a run that has not imported them reads the registry snapshot
     that an earlier run of the same perflint build left in the cache folder.
     """
-    if "perflint.rules" not in sys.modules:
+    if "perflint.rules.base" not in sys.modules:
         snap = _cached_snapshot()
         if snap is not None:
             return snap
@@ -78,7 +78,7 @@ def write_snapshot() -> None:
     """Record the registry for later runs, if the rules are imported and it is not there."""
     import json
 
-    if "perflint.rules" not in sys.modules:
+    if "perflint.rules.base" not in sys.modules:
         return
     try:
         path = _snapshot_path()

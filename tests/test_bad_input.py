@@ -269,3 +269,34 @@ def test_an_unexpected_failure_is_one_line_not_a_traceback(proj, monkeypatch):
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "internal error" in lines[0] and "surprise" in lines[0]
     assert "please report it" in lines[0]
+
+
+def test_file_python_parses_but_perflint_cannot(proj):
+    """Mixed tabs and spaces that CPython accepts (each line's indentation is consistent
+    under both of its tab rules) but libcst does not: perflint's limit, not a syntax error."""
+    import ast
+
+    source = "import torch\n\n\ndef f(x):\n\t \tif x:\n \t\t \tpass\n\t \treturn x\n"
+    ast.parse(source)  # Python can
+    write(proj, {"mixed.py": source})
+    r, errors = check()
+    assert r.exit_code == 2
+    assert_one_error(errors, "mixed.py", "perflint cannot parse this file (Python can)", "tabs and spaces")
+    assert "syntax error" not in errors[0]
+    assert_good_file_still_reported(r)
+
+
+def test_broken_config_says_nothing_was_checked(proj):
+    write(proj, {"pyproject.toml": "[tool.perflint]\nbogus = 1\n"})
+    r = run("check", "--no-cache")
+    assert r.exit_code == 2
+    assert "No findings" not in r.stdout
+    assert "Nothing checked" in r.stdout
+    # Only part of the tree under the broken configuration: what was checked is reported,
+    # and the summary says the rest was not.
+    write(proj, {"pyproject.toml": "[tool.perflint]\n", "sub/pyproject.toml": "[tool.perflint]\nbogus = 1\n",
+                 "sub/b.py": AMP})
+    r = run("check", "--no-cache", "--output-format", "concise")
+    assert r.exit_code == 2
+    assert_good_file_still_reported(r)
+    assert "Files under a broken configuration were not checked." in r.stdout

@@ -19,6 +19,8 @@ def _loc(loc) -> dict:
 
 
 def to_json(results: list[FileResult]) -> str:
+    from perflint.rules import docs_url
+
     out = []
     for r in results:
         filename = os.path.abspath(r.path)
@@ -44,7 +46,7 @@ def to_json(results: list[FileResult]) -> str:
                     "name": d.name,
                     "noqa_row": d.location.row,
                     "severity": d.severity.value,
-                    "url": None,
+                    "url": docs_url(d.code),
                 }
             )
     return json.dumps(out, indent=2)
@@ -74,7 +76,7 @@ def _artifact(path: str) -> dict:
 
 
 def to_sarif(results: list[FileResult]) -> str:
-    from perflint.rules import all_rules
+    from perflint.rules import all_rules, docs_url
 
     registry = all_rules()
     used = sorted({d.code for r in results for d in r.diagnostics})
@@ -94,6 +96,7 @@ def to_sarif(results: list[FileResult]) -> str:
                 "fullDescription": {"text": summary},
                 "help": {"text": doc, "markdown": doc},
                 "defaultConfiguration": {"level": level},
+                "helpUri": docs_url(code),
                 "properties": {"fix": rule.fix_class if rule else "none", "tags": ["performance", "pytorch"]},
             }
         )
