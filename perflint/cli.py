@@ -7,8 +7,6 @@ are still checked and reported).
 
 from __future__ import annotations
 
-import difflib
-import json
 import os
 import sys
 from pathlib import Path
@@ -169,15 +167,16 @@ def _cell_source(cell: dict) -> str:
 
 def _render(outcome, output_format: str, unsafe: bool, statistics: bool, quiet: bool, fixed=(0, 0),
             stderr: bool = False, given: dict | None = None) -> None:
-    from perflint.report import machine, text
-
     results = outcome.results
-    console = _console(stderr=stderr)
+    if output_format in ("json", "sarif", "github"):
+        from perflint.report import machine
     if statistics:
         if output_format == "json":
             click.echo(machine.statistics_json(results, unsafe), err=stderr)
         else:
-            text.statistics(console, results, unsafe)
+            from perflint.report import text
+
+            text.statistics(_console(stderr=stderr), results, unsafe)
         return
     if output_format == "json":
         click.echo(machine.to_json(results), err=stderr)
@@ -188,6 +187,9 @@ def _render(outcome, output_format: str, unsafe: bool, statistics: bool, quiet: 
         if out:
             click.echo(out, err=stderr)
     else:
+        from perflint.report import text
+
+        console = _console(stderr=stderr)
         if output_format == "concise":
             text.concise(console, results, unsafe)
         else:
@@ -378,6 +380,8 @@ def fix(paths, select, extend_select, ignore, target_torch, config_file, exclude
 
 
 def _unified_diff(r) -> str:
+    import difflib
+
     from perflint.source import read_source
 
     before = read_source(r.path, r.original_bytes)
@@ -419,6 +423,8 @@ def rule(code, show_all, output_format):
     else:
         raise click.UsageError("give a rule code, or --all")
     if output_format == "json":
+        import json
+
         data = [_rule_json(r) for r in chosen]
         click.echo(json.dumps(data if show_all else data[0], indent=2))
         return
@@ -469,6 +475,8 @@ def rules(output_format):
 
     registry = all_rules()
     if output_format == "json":
+        import json
+
         click.echo(json.dumps([_rule_json(r) for r in registry.values()], indent=2))
         return
     from rich.table import Table

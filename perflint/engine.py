@@ -15,8 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import traceback
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -32,7 +30,6 @@ from perflint.diagnostics import (
     Fix,
     Location,
 )
-from perflint.noqa import parse_suppressions
 from perflint.source import Source, SourceError, read_source
 
 MAX_FIX_PASSES = 10
@@ -188,6 +185,8 @@ def _analyze(text: str, path: str, rules, target, project=None) -> _Analysis | F
             for v in rule.check(facts):
                 findings.append((rule, v))
         except Exception as exc:  # noqa: BLE001 - one broken rule must not take the run down
+            import traceback
+
             where = traceback.extract_tb(exc.__traceback__)[-1]
             errors.append(
                 FileError(
@@ -207,6 +206,8 @@ def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOp
         return []
     module = analysis.module
     offsets = node_offsets(module, [v.node for _, v in analysis.findings])
+    from perflint.noqa import parse_suppressions
+
     lines = LineIndex(text)
     sup = parse_suppressions(text)
     edits_of: dict[int, tuple[Edit, ...]] = {}
@@ -469,6 +470,8 @@ def fix_text(
             return text, applied, errors
         if first is not None and not first:
             first.append(analysis)
+        from perflint.noqa import parse_suppressions
+
         sup = parse_suppressions(text)
         plans = []
         codes = []
@@ -774,7 +777,7 @@ def run_jobs(
 
 def _pool_run(jobs, order, out, workers, progress, on_start):
     import multiprocessing
-    from concurrent.futures import as_completed
+    from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
     ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None

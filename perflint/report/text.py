@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from perflint.diagnostics import Applicability, FileResult
 from perflint.report import where
@@ -102,6 +101,8 @@ def statistics(console: Console, results: list[FileResult], unsafe: bool = False
             entry[2] = entry[2] or fixable(d, unsafe)
     if not counts:
         return
+    from rich.table import Table
+
     table = Table(box=None, show_header=False, pad_edge=False)
     for code, (n, name, can_fix) in sorted(counts.items(), key=lambda kv: (-kv[1][0], kv[0])):
         table.add_row(str(n), code, "\\[*]" if can_fix else "", name)
