@@ -144,17 +144,21 @@ def importers(all_files: set[str], targets: list[str], skip: set[str], lines: "I
     return out
 
 
+FRESH_LIMIT = 16 << 20
 _IMPORT_LINES = re.compile(rb"^\s*(?:from|import)\b[^\n]*", re.M)
 
 
 class ImportLines:
-    """A file's import lines (all that `importers` searches), cached by the file's size and
-    modification time: a run that checks one file of a large project does not read every
-    other file again to find the ones that import it."""
+    """A file's import lines (all that `importers` searches) and content hash, cached by the
+    file's size and modification time: a run that checks one file of a large project does
+    not read every other file again to find the ones that import it, nor the modules it
+    imports to look up their cached summaries."""
 
     def __init__(self, directory: Path | None) -> None:
         self.path = directory / __version__ / f"imports-{code_stamp()}.json" if directory is not None else None
         self.entries: dict[str, list] = {}
+        self.fresh: dict[str, bytes] = {}  # the bytes of files read in this run (up to FRESH_LIMIT)
+        self._fresh_bytes = 0
         self.dirty = False
         if self.path is not None:
             try:
@@ -164,8 +168,9 @@ class ImportLines:
             except (OSError, ValueError):
                 pass
 
-    def get(self, path: str) -> bytes | None:
-        """The file's import lines joined by newlines (None: not a readable regular file)."""
+    def _entry(self, path: str) -> list | None:
+        """[mtime_ns, size, import lines, sha256] of a regular file, read only when its size
+        or modification time changed since it was last read."""
         try:
             st = os.stat(path)
         except OSError:
@@ -173,16 +178,32 @@ class ImportLines:
         if not stat.S_ISREG(st.st_mode):
             return None
         got = self.entries.get(path)
-        if isinstance(got, list) and len(got) == 3 and got[0] == st.st_mtime_ns and got[1] == st.st_size:
-            return got[2].encode("latin-1")
+        if isinstance(got, list) and len(got) == 4 and got[0] == st.st_mtime_ns and got[1] == st.st_size:
+            return got
         raw = read_regular(path)
         if raw is None:
             return None
+        from perflint.cache import digest
+
         text = b"\n".join(m.group(0) for m in _IMPORT_LINES.finditer(raw))
+        entry = [st.st_mtime_ns, st.st_size, text.decode("latin-1"), digest(raw)]
+        if self._fresh_bytes + len(raw) <= FRESH_LIMIT:
+            self.fresh[path] = raw
+            self._fresh_bytes += len(raw)
         if self.path is not None:
-            self.entries[path] = [st.st_mtime_ns, st.st_size, text.decode("latin-1")]
+            self.entries[path] = entry
             self.dirty = True
-        return text
+        return entry
+
+    def get(self, path: str) -> bytes | None:
+        """The file's import lines joined by newlines (None: not a readable regular file)."""
+        entry = self._entry(path)
+        return entry[2].encode("latin-1") if entry is not None else None
+
+    def sha(self, path: str) -> str | None:
+        """The SHA-256 of the file's bytes, or None."""
+        entry = self._entry(path)
+        return entry[3] if entry is not None else None
 
     def save(self, keep: set[str] | None = None) -> None:
         if self.path is None:
@@ -305,15 +326,21 @@ class ProjectPhase:
                 tried |= want
                 jobs = []
                 for f in sorted(want):
-                    raw = read_regular(f)
-                    if raw is None:
-                        continue
-                    sha = digest(raw)
+                    raw = None
+                    sha = self.import_lines.sha(f)  # from the file's size and mtime, when known
+                    if sha is None:
+                        raw = read_regular(f)
+                        if raw is None:
+                            continue
+                        sha = digest(raw)
                     self._sha_of_abs[f] = sha
                     self._root_of_abs[f] = root
                     got = self.cache.get(sha)
                     if got is not None:
                         have[f] = got
+                        continue
+                    raw = raw if raw is not None else self.import_lines.fresh.get(f) or read_regular(f)
+                    if raw is None:
                         continue
                     jobs.append(Job(path=f, options=LintOptions(codes=(), prefilter=False), raw=raw, summarise=True))
                 for r in engine.run_jobs(jobs, workers):
