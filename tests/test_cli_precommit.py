@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +77,93 @@ def test_fix_hook_fixes_the_files(repo):
     before = (repo / "a.py").read_bytes()
     p = run_hook("perflint-fix", ["a.py"], repo)
     assert p.returncode == 0 and (repo / "a.py").read_bytes() == before
+
+
+# ---------------------------------------------------------------------------------------
+# The README's configuration, run by pre-commit itself in a fresh git repository.
+# ---------------------------------------------------------------------------------------
+
+README_CONFIG = re.compile(r"```yaml\n(# \.pre-commit-config\.yaml\n.*?)```", re.S)
+# perflint's dependencies, and what pip needs to build it and pre-commit's placeholder package.
+WHEELS = ("libcst", "pyyaml", "click", "rich", "markdown-it-py", "mdurl", "pygments", "pathspec", "packaging",
+          "setuptools")
+
+
+def _readme_config(perflint_path: Path) -> str:
+    found = README_CONFIG.findall((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert len(found) == 1, "the README has one .pre-commit-config.yaml block"
+    assert "/path/to/perflint" in found[0]
+    return found[0].replace("/path/to/perflint", str(perflint_path))
+
+
+def _wheel_from_installed(name: str, out: Path) -> None:
+    """A wheel of an installed distribution, rebuilt from its files (for an offline index)."""
+    import importlib.metadata as md
+    import zipfile
+
+    dist = md.distribution(name)
+    tags = [line.split(":", 1)[1].strip() for line in (dist.read_text("WHEEL") or "").splitlines()
+            if line.startswith("Tag:")]
+    norm = re.sub(r"[-_.]+", "_", dist.metadata["Name"])
+    path = out / f"{norm}-{dist.version}-{tags[0] if tags else 'py3-none-any'}.whl"
+    skip = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
+    names = []
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for f in dist.files or ():
+            rel = f.as_posix()
+            if rel.startswith("..") or "__pycache__" in rel or (".dist-info/" in rel and f.name in skip):
+                continue
+            src = Path(dist.locate_file(f))
+            if src.is_file():
+                zf.write(src, rel)
+                names.append(rel)
+        info = next(n for n in names if ".dist-info/" in n).split("/", 1)[0]
+        zf.writestr(f"{info}/RECORD", "".join(f"{n},,\n" for n in names) + f"{info}/RECORD,,\n")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_readme_precommit_config_runs_under_pre_commit(tmp_path):
+    """The README's snippet, with the path to this checkout, in a new git repository: pre-commit
+    builds the hook's environment (offline: pip reads wheels of the packages installed here)
+    and runs both hooks on a staged file with a finding."""
+    pytest.importorskip("pre_commit", reason="pre-commit is in the dev extra")
+    checkout = tmp_path / "perflint"
+    for item in ("pyproject.toml", "README.md", "perflint", "runtime"):
+        src = ROOT / item
+        if src.is_dir():
+            shutil.copytree(src, checkout / item, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+        else:
+            checkout.mkdir(exist_ok=True)
+            shutil.copy(src, checkout / item)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name in WHEELS:
+        _wheel_from_installed(name, wheels)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"), "PIP_NO_INDEX": "1",
+           "PIP_FIND_LINKS": str(wheels), "PIP_DISABLE_PIP_VERSION_CHECK": "1", "VIRTUALENV_NO_PERIODIC_UPDATE": "1",
+           "VIRTUALENV_OVERRIDE_APP_DATA": str(tmp_path / "virtualenv-data"), "PERFLINT_CACHE_DIR": str(tmp_path / "cache"),
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com"}
+    env.pop("PYTHONPATH", None)
+
+    def sh(*cmd: str) -> subprocess.CompletedProcess:
+        return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+
+    assert sh("git", "init", "-q").returncode == 0
+    (repo / ".pre-commit-config.yaml").write_text(_readme_config(checkout), encoding="utf-8")
+    (repo / "train.py").write_text(AMP, encoding="utf-8")
+    sh("git", "add", ".")
+    precommit = [sys.executable, "-m", "pre_commit"]
+    p = sh(*precommit, "run", "perflint", "--files", "train.py")
+    if "Could not find a version that satisfies" in p.stdout + p.stderr:
+        pytest.skip("pre-commit could not build the hook environment offline: " + (p.stdout + p.stderr)[-400:])
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "train.py:3:10: PF402" in p.stdout
+    p = sh(*precommit, "run", "perflint-fix", "--files", "train.py")
+    assert p.returncode == 1, p.stdout + p.stderr  # pre-commit fails a hook that changes files
+    assert (repo / "train.py").read_text() == AMP_FIXED
+    sh("git", "add", ".")
+    p = sh(*precommit, "run", "--all-files")
+    assert p.returncode == 0, p.stdout + p.stderr
