@@ -205,14 +205,17 @@ def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOp
     if not analysis.findings:
         return []
     module = analysis.module
-    offsets = node_offsets(module, [v.node for _, v in analysis.findings])
+    whole: dict = {}
+    replaced = [n for _, v in analysis.findings if v.fix is not None for n in v.fix.replacements] \
+        if options.with_edits else []
+    offsets = node_offsets(module, [v.node for _, v in analysis.findings], whole, replaced)
     from perflint.noqa import parse_suppressions
 
     lines = LineIndex(text)
     sup = parse_suppressions(text)
     edits_of: dict[int, tuple[Edit, ...]] = {}
     if options.with_edits:
-        edits_of = _fix_edits(analysis, text, lines, src, sup, offsets)
+        edits_of = _fix_edits(analysis, text, lines, src, sup, offsets, whole)
     out = []
     for rule, v in analysis.findings:
         if v.node not in offsets:
@@ -248,7 +251,7 @@ def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOp
     return _dedupe(out)
 
 
-def _fix_edits(analysis: _Analysis, text: str, lines, src: Source, sup, offsets) -> dict[int, tuple[Edit, ...]]:
+def _fix_edits(analysis: _Analysis, text: str, lines, src: Source, sup, offsets, whole: dict) -> dict[int, tuple[Edit, ...]]:
     """id(fix plan) → the edits of that fix (see `perflint.fixedits`), for the findings
     that are reported."""
     from perflint import fixedits
@@ -265,12 +268,8 @@ def _fix_edits(analysis: _Analysis, text: str, lines, src: Source, sup, offsets)
     if not plans:
         return {}
     module = analysis.module
-    by_plan = fixedits.plan_edits(
-        module, text, plans,
-        overlaps=lambda ps: _non_overlapping(analysis.facts, ps),
-        apply=_apply,
-        alone=lambda p: fixedits.edits_alone(module, text, p, _apply),
-    )
+    by_plan = fixedits.plan_edits(module, text, plans, whole,
+                                  alone=lambda p: fixedits.edits_alone(module, text, p, _apply))
     return {k: fixedits.to_edits(v, lines, src.notebook) for k, v in by_plan.items()}
 
 

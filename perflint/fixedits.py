@@ -1,20 +1,21 @@
 """The text edits of each finding's fix, computed once per file and kept minimal.
 
-A fix is a set of node replacements.  The edits that report it (`--output-format json`, a
-language server's code actions) are found without re-rendering the file once per fix:
+A fix is a set of node replacements.  Its edits (`--output-format json`, a language
+server's code actions) are found without transforming and re-rendering the whole file
+once per fix:
 
-1. the distinct fixes are split into groups whose replaced nodes do not overlap (nearly
-   always one group);
-2. each group is applied to the tree at once and the result rendered once, recording where
-   each replacement's code lands; one render of the original records where each replaced
-   node's code was.  Outside those ranges the two texts are the same;
+1. the render of the original tree that finds the findings' positions also records where
+   each replaced node's code is, and the indentation in force there;
+2. each replacement is rendered on its own with that indentation: what it writes in place.
+   A node whose code depends on its parent (an argument whose comma the call decides, a
+   statement sharing a line with others), or that does not render alone exactly as it
+   reads in the file, sends its fix down the slow path: the whole tree rendered with only
+   that fix applied;
 3. each replaced range is diffed against its replacement token by token, so an edit covers
    the changed tokens only (`torch.cuda.amp.GradScaler()` → `torch.amp.GradScaler("cuda")`
    is a deletion of `cuda.` and an insertion of `"cuda"`, not the whole statement).
 
-Applying the edits of a group must give the rendered text; if it does not (a replacement
-libcst renders differently in place), the fixes of that group fall back to one edit each,
-computed the slow way.
+Either way a fix's edits are what applying that one fix changes in the text.
 """
 
 from __future__ import annotations
@@ -30,66 +31,43 @@ from perflint.diagnostics import Edit, Location
 _TOKEN = re.compile(r"\w+|[ \t]+|\r\n|\r|\n|[^\w\s]|\s")
 
 
-class _Ranges(CodegenState):
-    """A code generator that records the range of text each target node produces."""
-
-    def __init__(self, module: cst.Module, targets: set) -> None:
-        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
-        self.offset = 0
-        self.targets = targets
-        self.open: dict[int, int] = {}
-        self.found: dict[int, tuple[int, int]] = {}
-
-    def add_indent_tokens(self) -> None:
-        for tok in self.indent_tokens:
-            self.tokens.append(tok)
-            self.offset += len(tok)
-
-    def add_token(self, value: str) -> None:
-        self.tokens.append(value)
-        self.offset += len(value)
-
-    def pop_trailing_newline(self) -> None:
-        if self.tokens and self.tokens[-1] == self.default_newline:
-            self.offset -= len(self.tokens.pop())
-
-    def before_codegen(self, node) -> None:
-        if id(node) in self.targets:
-            self.open.setdefault(id(node), self.offset)
-
-    def after_codegen(self, node) -> None:
-        key = id(node)
-        if key in self.targets and key in self.open and key not in self.found:
-            self.found[key] = (self.open[key], self.offset)
+_CONTEXT_FREE: dict[type, bool] = {}
 
 
-def _render(module: cst.Module, nodes) -> tuple[str, dict[int, tuple[int, int]]]:
-    state = _Ranges(module, {id(n) for n in nodes})
-    module._codegen(state)
-    text = "".join(state.tokens)
-    return text, {k: (min(s, len(text)), min(e, len(text))) for k, (s, e) in state.found.items()}
+def _context_free(node) -> bool:
+    """Whether a node's code depends on nothing its parent passes it (a default comma or
+    semicolon, `elif`): then it renders alone as it does in place."""
+    t = type(node)
+    got = _CONTEXT_FREE.get(t)
+    if got is None:
+        import inspect
+
+        try:
+            got = len(inspect.signature(t._codegen_impl).parameters) <= 2
+        except (TypeError, ValueError):
+            got = False
+        _CONTEXT_FREE[t] = got
+    return got
 
 
-def _new_nodes(value) -> list:
-    """The nodes a replacement value puts in the tree (none for a removal)."""
+def _render_alone(module: cst.Module, nodes, indent: tuple[str, ...]) -> str:
+    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    state.indent_tokens = list(indent)
+    for n in nodes:
+        n._codegen(state)
+    return "".join(state.tokens)
+
+
+def _new_nodes(value) -> list | None:
+    """The nodes a replacement value puts in the tree (none for a removal; None for a value
+    this module does not know)."""
     if isinstance(value, cst.CSTNode):
         return [value]
     if isinstance(value, cst.FlattenSentinel):
         return list(value.nodes)
-    return []
-
-
-def _groups(plans: list, overlaps) -> list[list]:
-    """Split plans into groups whose replacements do not overlap (`overlaps(plans)` picks
-    such a subset, keeping order)."""
-    groups = []
-    left = list(plans)
-    while left:
-        chosen = overlaps(left) or left[:1]
-        ids = {id(p) for p in chosen}
-        groups.append(chosen)
-        left = [p for p in left if id(p) not in ids]
-    return groups
+    if isinstance(value, cst.RemovalSentinel):
+        return []
+    return None
 
 
 def minimal_edits(old: str, new: str, start: int) -> list[tuple[int, int, str]]:
@@ -110,65 +88,51 @@ def minimal_edits(old: str, new: str, start: int) -> list[tuple[int, int, str]]:
     return out
 
 
-def _apply_edits(text: str, edits: list[tuple[int, int, str]]) -> str:
-    for s, e, content in sorted(edits, key=lambda x: (x[0], x[1]), reverse=True):
-        text = text[:s] + content + text[e:]
-    return text
-
-
-def plan_edits(module: cst.Module, text: str, plans: list, overlaps, apply, alone) -> dict[int, list]:
+def plan_edits(module: cst.Module, text: str, plans: list, ranges: dict, alone) -> dict[int, list]:
     """id(plan) → its edits as (start, end, content) offsets into `text`.
 
-    `apply(module, plans)` applies plans to the tree; `overlaps(plans)` picks a subset that
-    does not overlap; `alone(plan)` is the slow fallback: the plan's edits found by
-    rendering the tree with it alone.
+    `ranges` is what `perflint.positions.node_offsets` records for the replaced nodes
+    (`whole=`); `alone(plan)` is the slow path: the plan's edits found by rendering the tree
+    with that plan applied.
     """
-    out: dict[int, list] = {}
     if not plans:
-        return out
-    originals = [n for p in plans for n in p.replacements]
-    rendered, old_ranges = _render(module, originals)
-    if rendered != text:
-        for p in plans:
-            out[id(p)] = alone(p)
-        return out
-    for group in _groups(plans, overlaps):
-        try:
-            new_module = apply(module, group)
-            new_nodes = [n for p in group for v in p.replacements.values() for n in _new_nodes(v)]
-            new_text, new_ranges = _render(new_module, new_nodes)
-        except Exception:  # noqa: BLE001 - a replacement libcst cannot render
-            for p in group:
-                out[id(p)] = []
-            continue
-        group_edits: dict[int, list] = {}
-        ok = True
-        for p in group:
-            edits: list = []
-            for orig, value in p.replacements.items():
-                if id(orig) not in old_ranges:
-                    ok = False
-                    break
-                s, e = old_ranges[id(orig)]
-                nodes = _new_nodes(value)
-                if nodes:
-                    spans = [new_ranges.get(id(n)) for n in nodes]
-                    if any(sp is None for sp in spans):
-                        ok = False
-                        break
-                    content = new_text[spans[0][0]:spans[-1][1]]
-                else:
-                    content = ""
-                edits.extend(minimal_edits(text[s:e], content, s))
-            if not ok:
-                break
-            group_edits[id(p)] = edits
-        if ok and _apply_edits(text, [e for es in group_edits.values() for e in es]) == new_text:
-            out.update(group_edits)
-            continue
-        for p in group:
-            out[id(p)] = alone(p)
+        return {}
+    if ranges.get("") != text:
+        return {id(p): alone(p) for p in plans}
+    out: dict[int, list] = {}
+    for p in plans:
+        edits = _local_edits(module, text, p, ranges)
+        out[id(p)] = edits if edits is not None else alone(p)
     return out
+
+
+def _local_edits(module: cst.Module, text: str, plan, ranges) -> list | None:
+    """A plan's edits from its replacements rendered alone, or None when that cannot be
+    trusted."""
+    items = []
+    for orig, value in plan.replacements.items():
+        got = ranges.get(id(orig))
+        nodes = _new_nodes(value)
+        if got is None or nodes is None or not _context_free(orig) or not all(_context_free(n) for n in nodes):
+            return None
+        items.append((got[0], got[1], got[2], orig, nodes))
+    items.sort(key=lambda it: (it[0], -it[1]))
+    edits: list = []
+    reach = -1
+    for s, e, indent, orig, nodes in items:
+        if s < reach:
+            if e <= reach:
+                continue  # inside another replaced node: that node's replacement is what is applied
+            return None
+        reach = e
+        try:
+            if _render_alone(module, [orig], indent) != text[s:e]:
+                return None
+            new = _render_alone(module, nodes, indent)
+        except Exception:  # noqa: BLE001 - a replacement libcst cannot render
+            return None
+        edits.extend(minimal_edits(text[s:e], new, s))
+    return edits
 
 
 def edits_alone(module: cst.Module, text: str, plan, apply) -> list[tuple[int, int, str]]:
