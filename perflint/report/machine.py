@@ -76,9 +76,10 @@ def _artifact(path: str) -> dict:
 
 
 def to_sarif(results: list[FileResult]) -> str:
-    from perflint.rules import all_rules, docs_url
+    from perflint.rules import docs_url
+    from perflint.selection import rule_records
 
-    registry = all_rules()
+    registry = rule_records()
     used = sorted({d.code for r in results for d in r.diagnostics})
     rule_index = {code: i for i, code in enumerate(used)}
     rules = []
