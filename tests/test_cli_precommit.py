@@ -86,13 +86,13 @@ def test_fix_hook_fixes_the_files(repo):
 README_CONFIG = re.compile(r"```yaml\n(# \.pre-commit-config\.yaml\n.*?)```", re.S)
 # perflint's dependencies, and what pip needs to build it and pre-commit's placeholder package.
 WHEELS = ("libcst", "pyyaml", "click", "rich", "markdown-it-py", "mdurl", "pygments", "pathspec", "packaging",
-          "setuptools")
+          "setuptools")  # setuptools: pre-commit's placeholder package for local hooks is built with it
 
 
 def _readme_config(perflint_path: Path) -> str:
     found = README_CONFIG.findall((ROOT / "README.md").read_text(encoding="utf-8"))
     assert len(found) == 1, "the README has one .pre-commit-config.yaml block"
-    assert "/path/to/perflint" in found[0]
+    assert '"/path/to/perflint"' in found[0]
     return found[0].replace("/path/to/perflint", str(perflint_path))
 
 
@@ -121,6 +121,36 @@ def _wheel_from_installed(name: str, out: Path) -> None:
         zf.writestr(f"{info}/RECORD", "".join(f"{n},,\n" for n in names) + f"{info}/RECORD,,\n")
 
 
+def _perflint_wheel(out: Path) -> Path:
+    """A wheel of this checkout, written directly (building one needs setuptools ≥ 77, which a
+    fresh virtual environment of Python 3.11 does not have and an offline pip cannot fetch)."""
+    import tomllib
+    import zipfile
+
+    from perflint import __version__
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    info = f"torch_perflint-{__version__}.dist-info"
+    path = out / f"torch_perflint-{__version__}-py3-none-any.whl"
+    names = []
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for base, pkg in ((ROOT, "perflint"), (ROOT / "runtime", "perflint_runtime")):
+            for f in sorted((base / pkg).rglob("*")):
+                if f.is_file() and "__pycache__" not in f.parts and f.suffix in (".py", ".html"):
+                    rel = f.relative_to(base).as_posix()
+                    zf.write(f, rel)
+                    names.append(rel)
+        meta = "".join(["Metadata-Version: 2.1\nName: torch-perflint\n", f"Version: {__version__}\n",
+                        *(f"Requires-Dist: {d}\n" for d in project["dependencies"])])
+        files = {"METADATA": meta, "WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+                 "entry_points.txt": "[console_scripts]\nperflint = perflint.cli:main\n"}
+        for name, text in files.items():
+            zf.writestr(f"{info}/{name}", text)
+            names.append(f"{info}/{name}")
+        zf.writestr(f"{info}/RECORD", "".join(f"{n},,\n" for n in names) + f"{info}/RECORD,,\n")
+    return path
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_readme_precommit_config_runs_under_pre_commit(tmp_path):
     """The README's snippet, with the path to this checkout, in a new git repository: pre-commit
@@ -137,8 +167,21 @@ def test_readme_precommit_config_runs_under_pre_commit(tmp_path):
             shutil.copy(src, checkout / item)
     wheels = tmp_path / "wheels"
     wheels.mkdir()
+    import importlib.metadata as md
+
     for name in WHEELS:
-        _wheel_from_installed(name, wheels)
+        try:
+            _wheel_from_installed(name, wheels)
+        except md.PackageNotFoundError:
+            pass  # pip then reports what it cannot find, and the test is skipped below
+    try:
+        setuptools_major = int(md.version("setuptools").split(".")[0])
+    except (md.PackageNotFoundError, ValueError):
+        setuptools_major = 0
+    if setuptools_major < 77:
+        # pip cannot build the checkout offline with this environment's setuptools: give the
+        # hook a wheel of it instead (the README's other form).
+        checkout = _perflint_wheel(wheels)
     repo = tmp_path / "repo"
     repo.mkdir()
     env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"), "PIP_NO_INDEX": "1",
