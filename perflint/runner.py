@@ -7,6 +7,8 @@ the same from run to run.
 
 from __future__ import annotations
 
+import re
+
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,17 +44,40 @@ class RunOutcome:
         return errs
 
 
-def is_test_file(path: Path) -> bool:
-    """A file pytest collects tests from by default (`test_*.py`, `*_test.py`), or a conftest.py.
+_TEST_CONTENT = re.compile(
+    rb"^[ \t]*(?:import[ \t]+(?:pytest|unittest)\b|from[ \t]+(?:pytest|unittest|_pytest)\b"
+    rb"|(?:async[ \t]+)?def[ \t]+test\w*[ \t]*\(|class[ \t]+Test\w*\b)", re.M)
+_TEST_FOLDERS = {"tests", "test", "testing"}
 
-    Test code runs a few steps on tiny inputs on purpose (`num_workers=0`, an `.item()` per
-    assertion): performance warnings there are noise, so only error-severity rules (code
-    that is wrong, not slow) apply, unless `lint-tests = true`.
+
+def is_test_file(path: Path, source: bytes | None = None, root: str | None = None) -> bool:
+    """A test module: named as pytest collects them (`test_*.py`, `*_test.py`) and looking
+    like one, or a conftest.py.
+
+    The name alone is not enough (`train_test.py` is often a training script): the file must
+    also sit in a `tests/` folder, import pytest or unittest, or define `test_*` functions
+    or `Test*` classes. Test code runs a few steps on tiny inputs on purpose
+    (`num_workers=0`, an `.item()` per assertion): performance warnings there are noise, so
+    only error-severity rules (code that is wrong, not slow) apply, unless `lint-tests = true`.
     """
     name = path.name
-    return name == "conftest.py" or (
-        name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
-    )
+    if name == "conftest.py":
+        return True
+    if not (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))):
+        return False
+    folder = path.parent
+    if root is not None:
+        try:
+            folder = path.absolute().parent.relative_to(Path(root).absolute())
+        except ValueError:
+            pass
+    if any(part in _TEST_FOLDERS for part in folder.parts):
+        return True
+    if source is None:
+        from perflint.analysis.project import read_regular
+
+        source = read_regular(str(path)) or b""
+    return _TEST_CONTENT.search(source) is not None
 
 
 def _severity(code: str) -> Severity:
@@ -75,7 +100,7 @@ def options_for(path: Path, settings: Settings, with_edits: bool = True, memo: d
             except (ValueError, OSError, RuntimeError):
                 rel = path.as_posix()
         codes -= ignored_for_path(settings, rel)
-    if not settings.lint_tests and is_test_file(path):
+    if not settings.lint_tests and is_test_file(path, root=settings.root):
         codes = {c for c in codes if _severity(c) is Severity.ERROR}
     return LintOptions(codes=tuple(sorted(codes)), target_torch=settings.effective_target(), with_edits=with_edits)
 

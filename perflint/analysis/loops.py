@@ -3,6 +3,8 @@ statements run on every iteration, and grad mode."""
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable
@@ -221,11 +223,22 @@ class LoopsMixin:
             parts = parts[1:]
         return len(parts) >= 2 and parts[0] in _OPTION_ROOTS
 
+    def _is_diagnostic_option(self, test: cst.BaseExpression) -> bool:
+        """An option test for a switch that turns on extra work (`if args.debug:`,
+        `if cfg.log_images:`): the branch is off in a normal run. Other options
+        (`if not args.prefetcher:`, `if args.amp:`) choose how every step runs."""
+        if not self.is_option_test(test):
+            return False
+        while isinstance(test, cst.UnaryOperation):
+            test = test.expression
+        name = (dotted(test) or "").rsplit(".", 1)[-1]
+        return _DIAGNOSTIC_OPTIONS.search(name) is not None
+
     def is_throttled_test(self, test: cst.BaseExpression) -> bool:
-        if self.is_option_test(test):
+        if self._is_diagnostic_option(test):
             return True
         if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-            if self.is_option_test(test.left) or self.is_option_test(test.right):
+            if self._is_diagnostic_option(test.left) or self._is_diagnostic_option(test.right):
                 return True
         for n in _iter_expr(test):
             if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo):
@@ -357,6 +370,11 @@ class LoopsMixin:
 
 
 _EXITS = {"sys.exit", "exit", "quit", "os._exit", "os.abort"}
+
+
+_DIAGNOSTIC_OPTIONS = re.compile(
+    r"debug|verbose|log|print|profil|eval|valid|save|vis|plot|check|sanity|anomal|trace|monitor|wandb|"
+    r"tensorboard|(^|_)tb(_|$)|report|dump|track|show|display|inspect|stat", re.I)
 
 
 def _ends_the_run(stmt: cst.BaseSmallStatement) -> bool:

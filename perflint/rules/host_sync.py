@@ -346,6 +346,10 @@ class ItemInLoop(Rule):
             if call_name(call) != "item" or call.args or not isinstance(call.func, cst.Attribute):
                 continue
             recv = call.func.value
+            # `x.detach().cpu().item()`: the `.cpu()` is where it waits, for the tensor before it
+            while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) \
+                    and call_name(recv) in ("cpu", "detach", "float", "double") and not recv.args:
+                recv = recv.func.value
             if _host_value(facts, recv) or isinstance(recv, (cst.Integer, cst.Float)):
                 continue
             ctx = facts.iteration_context(call)

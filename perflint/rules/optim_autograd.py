@@ -330,11 +330,12 @@ class NoGradInEval(Rule):
                     return True
             if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
                 targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                host_value = node.value is not None and _host_only(facts, node.value)
                 for t in targets:
                     for n in iter_nodes(t):
                         if isinstance(n, (cst.Attribute, cst.Subscript)) and n is t:
                             return True  # stored on an object or into a container
-                        if isinstance(n, cst.Name):
+                        if isinstance(n, cst.Name) and not (host_value and n is t):
                             assigned.add(n.value)
                     if isinstance(node, cst.AugAssign) and isinstance(t, cst.Name) and not _host_only(facts, node.value):
                         return True  # in-place on an outer tensor
@@ -372,6 +373,22 @@ def _host_only(facts: Facts, expr: cst.BaseExpression) -> bool:
     for n in iter_nodes(expr):
         if isinstance(n, cst.Call) and call_name(n) in ("item", "tolist", "numpy"):
             return True
+    return _python_int(expr)
+
+
+def _python_int(expr: cst.BaseExpression) -> bool:
+    """`y.size(0)`, `x.shape[0]`, `len(batch)`, `t.numel()`, and sums of them: Python ints."""
+    if isinstance(expr, cst.BinaryOperation):
+        return _python_int(expr.left) and _python_int(expr.right)
+    if isinstance(expr, cst.Integer):
+        return True
+    if isinstance(expr, cst.Call):
+        if isinstance(expr.func, cst.Name) and expr.func.value == "len":
+            return True
+        return isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("size", "numel", "dim", "ndimension") \
+            and (expr.func.attr.value != "size" or len(expr.args) == 1)
+    if isinstance(expr, cst.Subscript):
+        return isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
     return False
 
 

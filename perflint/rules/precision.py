@@ -952,7 +952,13 @@ class ReluNotInplace(Rule):
 # PF403 — no-mixed-precision
 # ----------------------------------------------------------------------------------------
 
-_PRECISION_WORDS = re.compile(r"(^|[_-])(amp|fp16|bf16|mixed_precision|half_precision)([_-]|$)")
+# Whole words that name a mixed-precision setup. `amp` only standing alone or as the switch
+# of a phrase (`use_amp`, `args.amp`, `--no-amp`, `amp_dtype`): `fact_amp` or `max_amp` is
+# an amplitude.
+_PRECISION_WORDS = re.compile(
+    r"(^|[_-])(fp16|bf16|mixed_precision|half_precision)([_-]|$)"
+    r"|^(--?)?((use|enable|enabled|with|no|disable|apply|do|native|torch|cuda)[_-])?amp([_-](dtype|enabled|level|mode|"
+    r"scaler|backend|opt_level|type))?$")
 
 
 def _is_step_boundary(facts: Facts, call: cst.Call) -> bool:
@@ -1406,7 +1412,7 @@ class Tf32NotEnabled(Rule):
     severity = Severity.INFO
     fix_class = "unsafe"
     min_torch = (1, 12)
-    tokens = (b"cuda",)  # is_cuda_code needs the substring
+    tokens = (b"cuda", b"accelerator", b"device")  # what is_cuda_code reads: CUDA names, torch.accelerator, a device option
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         anchor = first_torch_import(facts)
@@ -1548,7 +1554,7 @@ class CudnnBenchmarkNotEnabled(Rule):
     name = "cudnn-benchmark-not-enabled"
     summary = "conv net trained on CUDA without cudnn.benchmark (or benchmark with determinism)"
     fix_class = "unsafe"
-    tokens = (b"cuda", b"benchmark")  # CUDA code, or the benchmark/deterministic conflict
+    tokens = (b"cuda", b"accelerator", b"device", b"benchmark")  # CUDA code, or the benchmark/deterministic conflict
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         yield from self._conflicts(facts)
@@ -1849,6 +1855,8 @@ _EXACT_CTORS = {"zeros", "ones", "full", "empty", "eye", "tensor"}
 _RANGE_CTORS = {"arange", "linspace"}
 _RANDOM_CTORS = {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "poisson", "multinomial"}
 _TO_KEYWORDS = {"device", "dtype", "non_blocking", "copy"}
+_CAST_METHODS = {"float", "double", "half", "bfloat16", "long", "int", "short", "bool", "byte", "contiguous",
+                 "unsqueeze", "view", "reshape", "t"}
 _DEVICE_NAME = re.compile(r"(^|_)(device|dev)$")
 
 
@@ -1927,6 +1935,17 @@ class TensorCreatedThenMoved(Rule):
             if name not in ("to", "cuda") or not isinstance(call.func, cst.Attribute):
                 continue
             inner = call.func.value
+            # `torch.zeros(n).float().cuda()`, `torch.tensor(v)[None, :, None].to(dev)`: the
+            # same CPU tensor, cast or viewed on the way (reported; no fix is offered).
+            through = False
+            while True:
+                if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and not inner.args \
+                        and inner.func.attr.value in _CAST_METHODS:
+                    inner, through = inner.func.value, True
+                elif isinstance(inner, cst.Subscript):
+                    inner, through = inner.value, True
+                else:
+                    break
             if not isinstance(inner, cst.Call):
                 continue
             q = facts.qualname(inner.func) or ""
@@ -1948,7 +1967,7 @@ class TensorCreatedThenMoved(Rule):
                 inner,
                 f"`torch.{ctor}(...)` is built on the CPU and then copied to the device; "
                 + ("use `torch.as_tensor(..., device=...)`" if ctor == "from_numpy" else "pass `device=` to create it there"),
-                self._fix(facts, call, inner, ctor, device, dtype, strength),
+                None if through else self._fix(facts, call, inner, ctor, device, dtype, strength),
             )
 
     @staticmethod
