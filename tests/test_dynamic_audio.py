@@ -54,7 +54,7 @@ def _load(text: str) -> dict:
 def test_safe_fix_gives_bit_identical_tensors(wav):
     before = _load(FIXTURE.read_text())
     fixed_text = apply_fixes(FIXTURE, ["PF504"], unsafe=False)
-    assert fixed_text.count('dtype="float32"') == FIXTURE.read_text().count('dtype="float32"') + 5
+    assert fixed_text.count('dtype="float32"') == FIXTURE.read_text().count('dtype="float32"') + 6
     after = _load(fixed_text)
     p = str(wav)
     pairs = [
@@ -63,6 +63,8 @@ def test_safe_fix_gives_bit_identical_tensors(wav):
         (before["load_b"](p), after["load_b"](p)),
         (before["load_c"](p, "cpu")[0], after["load_c"](p, "cpu")[0]),
         (before["load_d"](p), after["load_d"](p)),
+        (before["load_h"](p, 48000), after["load_h"](p, 48000)),  # padded by wrapping, then stacked
+        (before["load_h"](p, 1000), after["load_h"](p, 1000)),
     ]
     for old, new in pairs:
         assert old.dtype == new.dtype and old.dtype in (torch.float32, np.float32)

@@ -551,6 +551,7 @@ _EXACT_METHODS = {
     "contiguous", "clone", "detach", "cpu", "cuda", "pin_memory", "flip",
 }
 _EXACT_FUNCS = {"numpy.ascontiguousarray", "numpy.squeeze", "numpy.transpose", "numpy.flip", "numpy.copy",
+                "numpy.pad", "numpy.expand_dims", "numpy.stack", "numpy.concatenate", "numpy.vstack", "numpy.hstack",
                 "torch.from_numpy"}
 # Arithmetic before the cast: the fix would run it in float32 instead of float64.
 _INEXACT_METHODS = {"mean", "sum"}
@@ -633,12 +634,14 @@ def _follow(facts: Facts, node: cst.CSTNode, exact: bool, flow: _Flow, depth: in
             elif q in ("torch.FloatTensor", "numpy.float32"):
                 flow.conversions[call] = exact
                 return
-            elif q in _EXACT_FUNCS and len(call.args) == 1 or q in ("numpy.squeeze", "numpy.transpose"):
+            elif q in _EXACT_FUNCS:
                 return _follow(facts, call, exact, flow, depth + 1)
             elif q in _INEXACT_FUNCS:
                 return _follow(facts, call, False, flow, depth + 1)
         flow.other_use = True
         return
+    if isinstance(parent, cst.Element) and isinstance(facts.parent(parent), (cst.List, cst.Tuple)):
+        return _follow(facts, facts.parent(parent), exact, flow, depth + 1)  # np.stack([x, …]), torch.tensor([x])
     if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, _ARITHMETIC):
         return _follow(facts, parent, False, flow, depth + 1)
     if isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1 \
