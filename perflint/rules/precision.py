@@ -2127,13 +2127,16 @@ class ModelNotCompiled(Rule):
     input shape) and does not speed up every model. The PyTorch 2.0 release reported 43 %
     faster training on average over 163 open-source models on an A100 (mixed precision).
     Measured on this project's 2-core CPU (torch 2.13, CPU inductor, one thread, AdamW
-    training step; `python benchmarks/compile_break_even.py`), no GPU being available:
+    training step; `python benchmarks/compile_break_even.py`; eager and compiled steps
+    timed in alternating blocks, median of 100 each), no GPU being available:
 
     | model | eager step | compiled step | compile (empty cache) | break-even | compile (warm cache) | break-even |
     |---|---|---|---|---|---|---|
-    | small conv net, batch 16 × 1×64×64 | 77.2 ms | 50.4 ms (1.53×) | 24.2 s | 903 steps | 0.3 s | 12 steps |
-    | 6-layer MLP (256, GELU, LayerNorm), batch 64 | 4.0 ms | 8.1 ms (0.49×) | 48.4 s | never | 0.3 s | never |
+    | small conv net, batch 16 × 1×64×64 | 140.0 ms | 94.0 ms (1.49×) | 37.1 s | 806 steps | 0.7 s | 16 steps |
+    | 6-layer MLP (256, GELU, LayerNorm), batch 64 | 8.5 ms | 8.6 ms (0.98×) | 60.8 s | never | 0.3 s | never |
 
+    The machine was shared (load average 5–8), so absolute times are pessimistic; the
+    ratios held over three runs (conv net 1.45–1.53×, MLP 0.98–1.01× when interleaved).
     The compile costs tens of seconds once per process (a fraction of a second when the
     inductor cache on disk already holds the graphs): worth it for runs of thousands of
     steps, and only for models that actually run faster compiled — measure with
@@ -2213,7 +2216,7 @@ class ModelNotCompiled(Rule):
                 site.value,  # type: ignore[attr-defined]
                 f"`{name}` is trained without `torch.compile`: with static input shapes, "
                 f"`{name} = torch.compile({name})` can make each step faster after a one-off compile "
-                "(measured on a CPU: 1.5× for a small conv net but 0.5× for a small MLP, 24–48 s to "
+                "(measured on a CPU: 1.5× for a small conv net, no gain for a small MLP, 30–60 s to "
                 "compile; verify on your hardware)" + note,
                 fix,
             )
