@@ -144,6 +144,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cases", default=",".join(c.__name__[5:] for c in CASES),
+                    help="comma-separated subset of: " + ", ".join(c.__name__[5:] for c in CASES))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
@@ -151,7 +153,10 @@ def main() -> None:
     print()
     print("| tip | workload | change | before ms | after ms | speedup |")
     print("|---|---|---|---|---|---|")
+    wanted = set(args.cases.split(","))
     for case in CASES:
+        if case.__name__[5:] not in wanted:
+            continue
         tip, workload, change, b, a = case(args.repeat)
         print(f"| {tip} | {workload} | {change} | {b * 1e3:.2f} | {a * 1e3:.2f} | {b / a:.2f}× |", flush=True)
 
