@@ -2045,6 +2045,7 @@ _NOT_TORCH_COMPILE = {"re.compile", "regex.compile"}
 _SETUP_METHODS = {"to", "cuda", "cpu", "train", "apply", "float", "half", "bfloat16", "double",
                   "load_state_dict", "requires_grad_", "init_weights", "reset_parameters"}
 _CHECKPOINT_METHODS = {"state_dict", "load_state_dict", "save_pretrained"}
+_NOT_MODEL_WORDS = ("loss", "criterion", "metric")
 
 
 def mentions_compile(facts: Facts) -> bool:
@@ -2112,7 +2113,8 @@ def _setup_statement(stmt: cst.CSTNode, name: str) -> bool:
 class ModelNotCompiled(Rule):
     """
     ## What it does
-    Flags a model that a training loop (or training step) calls and that is never compiled:
+    Flags a model that a training loop (or training step) calls with autograd on (not a
+    target network run under `no_grad`, not a loss module) and that is never compiled:
     the file has no `torch.compile` call or decorator, no `model.compile()`, no
     `compile`/dynamo option. Reported at the statement that builds the model, once per
     model. Silent when input shapes may vary (`pad_sequence`, packed sequences, random-size
@@ -2200,8 +2202,10 @@ class ModelNotCompiled(Rule):
         containers += [fn for fn in facts.index[cst.FunctionDef] if facts.step_function_kind(fn) == "train"]
         for container in containers:
             for call in facts.calls_within(container):
-                if not is_model_call(facts, call):
-                    continue
+                if not is_model_call(facts, call) or facts.grad_context(call) == "off":
+                    continue  # a model only run without grad (a target network) is not trained here
+                if isinstance(call.func, cst.Name) and any(w in call.func.value.lower() for w in _NOT_MODEL_WORDS):
+                    continue  # a loss module with parameters (AAM-softmax): not what users compile
                 found = _model_binding(facts, call)
                 if found is not None and found[1].site not in seen:
                     seen[found[1].site] = found[0]
