@@ -2072,7 +2072,9 @@ def mentions_compile(facts: Facts) -> bool:
 
 
 def _model_binding(facts: Facts, call: cst.Call) -> tuple[str, Binding] | None:
-    """The one assignment `name = <expr>` the called model comes from, outside any loop."""
+    """The one assignment `name = <expr>` the called model comes from, outside any loop
+    (inside `if __name__ == "__main__":`, a `with` or a `try` is fine: the compile goes
+    into the same block)."""
     if not isinstance(call.func, cst.Name):
         return None
     name = call.func.value
@@ -2082,9 +2084,9 @@ def _model_binding(facts: Facts, call: cst.Call) -> tuple[str, Binding] | None:
     site = bs[0].site
     if len(site.targets) != 1 or not isinstance(site.targets[0].target, cst.Name) or not isinstance(site.value, cst.Call):
         return None
-    if any(isinstance(a, (cst.For, cst.While, cst.If, cst.Try, cst.With)) for a in facts.ancestors(site)
-           if facts.scope_of(site) is not a and facts.is_inside(a, facts.scope_of(site))):
-        return None
+    scope = facts.scope_of(site)
+    if any(isinstance(a, (cst.For, cst.While)) for a in facts.ancestors(site) if a is not scope and facts.is_inside(a, scope)):
+        return None  # a model built per fold or per run: each new model would compile again
     if facts.qualname(site.value.func) in ("torch.compile", "torch.jit.script", "torch.jit.trace"):
         return None
     return name, bs[0]
@@ -2120,7 +2122,8 @@ class ModelNotCompiled(Rule):
     model. Silent when input shapes may vary (`pad_sequence`, packed sequences, random-size
     crops or resizes, a custom `collate_fn`/`batch_sampler`, detection models,
     `mark_dynamic`), under training frameworks that own compilation (Lightning, Accelerate,
-    DeepSpeed, the transformers Trainer …), for models built inside a loop or a branch,
+    DeepSpeed, the transformers Trainer …), for models built inside a loop (one compile per
+    model) or bound differently on different branches,
     and when the target torch is older than 2.0. Off by default.
 
     ## Why is this bad?
