@@ -2129,8 +2129,9 @@ class ModelNotCompiled(Rule):
     ## Why is this bad?
     `torch.compile` fuses the model's element-wise work into generated kernels and cuts
     Python overhead per step, but it pays a compile on the first step (and on every new
-    input shape) and does not speed up every model. The PyTorch 2.0 release reported 43 %
-    faster training on average over 163 open-source models on an A100 (mixed precision).
+    input shape) and does not speed up every model. The PyTorch 2.0 announcement reported
+    43 % faster training on average over 163 open-source models on an A100 (cited, not
+    measured here).
     Measured on this project's 2-core CPU (torch 2.13, CPU inductor, one thread, AdamW
     training step; `python benchmarks/compile_break_even.py`; eager and compiled steps
     timed in alternating blocks, median of 100 each), no GPU being available:
