@@ -2166,7 +2166,9 @@ class ModelNotCompiled(Rule):
     that builds the model and the set-up statements that directly follow it
     (`model.to(device)`, `model.apply(init)`, `model.load_state_dict(...)` …), at the same
     indentation. The first step then takes seconds to minutes; every new input shape
-    recompiles (past 8 recompiles torch falls back to eager); graph breaks, unsupported
+    recompiles (past 8 recompiles torch falls back to eager), including shapes the same
+    model sees outside training (an evaluation on full-length utterances: after the first
+    recompile torch marks the changing dimension dynamic); graph breaks, unsupported
     Python, or a missing C++ compiler on CPU can raise; numerics differ from eager by
     rounding (fused kernels); and `torch.compile` returns a wrapper: `isinstance(model,
     Net)` becomes false and `model.state_dict()` keys gain an `_orig_mod.` prefix
