@@ -54,7 +54,7 @@ def _load(text: str) -> dict:
 def test_safe_fix_gives_bit_identical_tensors(wav):
     before = _load(FIXTURE.read_text())
     fixed_text = apply_fixes(FIXTURE, ["PF504"], unsafe=False)
-    assert fixed_text.count('dtype="float32"') == FIXTURE.read_text().count('dtype="float32"') + 6
+    assert fixed_text.count('dtype="float32"') == FIXTURE.read_text().count('dtype="float32"') + 7
     after = _load(fixed_text)
     p = str(wav)
     pairs = [
@@ -65,6 +65,7 @@ def test_safe_fix_gives_bit_identical_tensors(wav):
         (before["load_d"](p), after["load_d"](p)),
         (before["load_h"](p, 48000), after["load_h"](p, 48000)),  # padded by wrapping, then stacked
         (before["load_h"](p, 1000), after["load_h"](p, 1000)),
+        (before["load_i"](p, 5000), after["load_i"](p, 5000)),  # SoundFile.read
     ]
     for old, new in pairs:
         assert old.dtype == new.dtype and old.dtype in (torch.float32, np.float32)
