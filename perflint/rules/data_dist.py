@@ -656,6 +656,10 @@ def _follow_name(facts: Facts, target: cst.Name, site: cst.CSTNode, exact: bool,
     uses = [n for n in facts.later_uses(target.value, scope, facts.order.get(target, 0))
             if facts.scope_of(n) is scope and _is_variable_read(facts, n)]
     reached = False
+    for aug in facts.nodes_within(scope, cst.AugAssign):
+        if isinstance(aug.target, cst.Name) and aug.target.value == target.value \
+                and any(b.site is site for b in facts.lookup(target.value, aug)):
+            flow.other_use = True  # `x *= gain`: in-place arithmetic, in float32 after the fix
     for use in uses:
         if not any(b.site is site for b in facts.lookup(use.value, use)):
             continue
