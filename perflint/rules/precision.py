@@ -2138,11 +2138,11 @@ class ModelNotCompiled(Rule):
 
     | model | eager step | compiled step | compile (empty cache) | break-even | compile (warm cache) | break-even |
     |---|---|---|---|---|---|---|
-    | small conv net, batch 16 × 1×64×64 | 140.0 ms | 94.0 ms (1.49×) | 37.1 s | 806 steps | 0.7 s | 16 steps |
-    | 6-layer MLP (256, GELU, LayerNorm), batch 64 | 8.5 ms | 8.6 ms (0.98×) | 60.8 s | never | 0.3 s | never |
+    | small conv net, batch 16 × 1×64×64 | 51.9 ms | 31.8 ms (1.63×) | 18.0 s | 900 steps | 0.3 s | 13 steps |
+    | 6-layer MLP (256, GELU, LayerNorm), batch 64 | 8.0 ms | 8.2 ms (0.98×) | 24.6 s | never | 0.2 s | never |
 
-    The machine was shared (load average 5–8), so absolute times are pessimistic; the
-    ratios held over three runs (conv net 1.45–1.53×, MLP 0.98–1.01× when interleaved).
+    Over three runs on the shared machine (load average 2–8) the conv net gained 1.49–1.63×
+    and the MLP 0.98–1.00×; a cold compile took 18–61 s depending on the load.
     The compile costs tens of seconds once per process (a fraction of a second when the
     inductor cache on disk already holds the graphs): worth it for runs of thousands of
     steps, and only for models that actually run faster compiled — measure with
@@ -2226,7 +2226,7 @@ class ModelNotCompiled(Rule):
                 site.value,  # type: ignore[attr-defined]
                 f"`{name}` is trained without `torch.compile`: with static input shapes, "
                 f"`{name} = torch.compile({name})` can make each step faster after a one-off compile "
-                "(measured on a CPU: 1.5× for a small conv net, no gain for a small MLP, 30–60 s to "
+                "(measured on a CPU: 1.5–1.6× for a small conv net, no gain for a small MLP, 18–61 s to "
                 "compile; verify on your hardware)" + note,
                 fix,
             )
