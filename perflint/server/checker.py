@@ -112,6 +112,7 @@ class Report:
     settings: Settings | None = None
     options: object = None  # LintOptions
     root: str | None = None
+    recheck: list[str] = field(default_factory=list)  # other open files to check again
     _with_edits: dict | None = None
 
     @property
@@ -146,6 +147,7 @@ class Checker:
         self.buffers: dict[str, bytes] = {}  # open Python documents, by absolute path
         self.asked: dict[str, tuple[str, list[str], str]] = {}  # abs path → (root, questions, digest)
         self._completed: set[str] = set()
+        self.stale: set[str] = set()  # open files whose summary in the project predates their last edit
 
     # -- settings ------------------------------------------------------------------------
     def reload(self, overrides: dict | None = None) -> None:
@@ -175,6 +177,7 @@ class Checker:
         self.buffers.pop(a, None)
         self.asked.pop(a, None)
         self._completed.discard(a)
+        self.stale.discard(a)
         wp = self._project(doc.path)
         if wp is not None and a in wp.summaries:
             from perflint.analysis.project import read_regular
@@ -204,6 +207,11 @@ class Checker:
         wp = self._project(doc.path)
         report.root = wp.root if wp is not None else None
         a = os.path.abspath(doc.path)
+        if wp is not None:
+            for other in sorted(self.stale - {a}):
+                if self.asked.get(other, ("",))[0] == wp.root:
+                    # This check may ask about an edited file: bring its summary up to date.
+                    report.recheck.extend(p for p in self.refresh(other) if p != a)
         if doc.is_notebook:
             raw = notebook_bytes(doc.cells or [])
             view = wp.view(a) if wp is not None else None
@@ -211,27 +219,26 @@ class Checker:
         else:
             raw = encode_python(doc.text or "")
             self.buffers[a] = raw
-            view = wp.view(a) if wp is not None else None
-            if wp is not None and (wants_summary(raw) or a in wp.summaries):
-                result = lint_bytes(doc.path, raw, report.options, project=view, summarise=True)
+            summarised = wp is not None and (wants_summary(raw) or a in wp.summaries)
+            if wp is not None and a not in self._completed:
+                # First check of this file: its summary says what it imports; summarise those
+                # (and the files importing it) before checking it with the project.
+                self._completed.add(a)
+                view = wp.view(a)
+                result = lint_bytes(doc.path, raw, report.options, project=view, summarise=summarised)
                 before = self._digest_of(wp, a, result.questions, view)
-                changed = wp.put(a, result.summary)
-                if a not in self._completed:
-                    self._completed.add(a)
-                    changed = wp.complete(a, self.buffers) or changed
-                elif changed:
-                    wp.complete(a, self.buffers)
+                changed = wp.put(a, result.summary) if summarised else False
+                changed = wp.complete(a, self.buffers) or changed
+                self.stale.discard(a)
                 if changed and wp.digest(a, result.questions) != before:
-                    # What the file asked of its project is answered differently now that
-                    # the project knows its new summary: check it once more.
-                    view = wp.view(a)
-                    result = lint_bytes(doc.path, raw, report.options, project=view)
+                    result = lint_bytes(doc.path, raw, report.options, project=wp.view(a))
             else:
-                if wp is not None and a not in self._completed:
-                    self._completed.add(a)
-                    wp.complete(a, self.buffers)
-                    view = wp.view(a)
+                # An edit: check the file against the project as it is; its own summary is
+                # brought up to date afterwards (`refresh`), off the path of the diagnostics.
+                view = wp.view(a) if wp is not None else None
                 result = lint_bytes(doc.path, raw, report.options, project=view)
+                if summarised:
+                    self.stale.add(a)
         if wp is not None:
             self.asked[a] = (wp.root, list(result.questions), wp.digest(a, result.questions))
         report.diagnostics = list(result.diagnostics)
@@ -242,6 +249,28 @@ class Checker:
                 report.file_error = err
             else:
                 report.errors.append(err)
+
+    def refresh(self, path: str) -> list[str]:
+        """Summarise an edited document again and update its project; the open documents
+        (itself included) whose project answers changed, to be checked again."""
+        from perflint.server.project import summarise_bytes
+
+        a = os.path.abspath(path)
+        if a not in self.stale:
+            return []
+        self.stale.discard(a)
+        raw = self.buffers.get(a)
+        wp = self._project(a)
+        if raw is None or wp is None:
+            return []
+        if not wp.put(a, summarise_bytes(a, raw) if wants_summary(raw) else None):
+            return []
+        wp.complete(a, self.buffers)
+        out = self.dependents(a)
+        own = self.asked.get(a)
+        if own is not None and own[1] and wp.digest(a, own[1]) != own[2]:
+            out.append(a)
+        return out
 
     @staticmethod
     def _digest_of(wp: WarmProject, path: str, questions: list[str], view) -> str:

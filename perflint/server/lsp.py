@@ -40,7 +40,8 @@ log = logging.getLogger("perflint.server")
 
 SOURCE = "perflint"
 FIX_ALL_KIND = "source.fixAll.perflint"
-DEBOUNCE_S = 0.05
+DEBOUNCE_S = 0.03  # wait this long after a change for the next one before checking
+REFRESH_S = 0.3  # and this long after an edited file's check before updating its project
 _SEVERITY = {Severity.ERROR: lsp.DiagnosticSeverity.Error, Severity.WARNING: lsp.DiagnosticSeverity.Warning,
              Severity.INFO: lsp.DiagnosticSeverity.Information}
 # Rules whose findings are best shown with a diagnostic tag.
@@ -67,6 +68,7 @@ class PerflintServer(LanguageServer):
         self.debounce = DEBOUNCE_S
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="perflint-check")
         self.pending: dict[str, asyncio.TimerHandle] = {}
+        self.refreshing: dict[str, asyncio.TimerHandle] = {}
         self.tasks: set[asyncio.Task] = set()
         self.reports: dict[str, Report] = {}  # by document key (a file's or a notebook's URI)
         self.published_cells: dict[str, set[str]] = {}
@@ -137,17 +139,34 @@ class PerflintServer(LanguageServer):
 
     # -- checking ------------------------------------------------------------------------
     def schedule(self, key: str, delay: float) -> None:
-        old = self.pending.pop(key, None)
+        for timers in (self.pending, self.refreshing):
+            old = timers.pop(key, None)
+            if old is not None:
+                old.cancel()
+        loop = asyncio.get_running_loop()
+        self.pending[key] = loop.call_later(delay, self._start, key, self.check_and_publish)
+
+    def schedule_refresh(self, key: str) -> None:
+        old = self.refreshing.pop(key, None)
         if old is not None:
             old.cancel()
         loop = asyncio.get_running_loop()
-        self.pending[key] = loop.call_later(delay, self._start, key)
+        self.refreshing[key] = loop.call_later(REFRESH_S, self._start, key, self.refresh_project)
 
-    def _start(self, key: str) -> None:
-        self.pending.pop(key, None)
-        task = asyncio.ensure_future(self.check_and_publish(key))
+    def _start(self, key: str, job) -> None:
+        (self.refreshing if job == self.refresh_project else self.pending).pop(key, None)
+        task = asyncio.ensure_future(job(key))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    async def refresh_project(self, key: str) -> None:
+        """The edited file's summary, brought up to date once edits pause; the open documents
+        that depend on it are checked again."""
+        try:
+            self.recheck_paths(await self.run(self.checker.refresh, _path_of(key)))
+        except Exception as exc:  # noqa: BLE001
+            log.exception("updating the project for %s failed", key)
+            self.log_error(f"perflint: updating the project for {key} failed: {type(exc).__name__}: {exc}")
 
     async def run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)
@@ -164,9 +183,10 @@ class PerflintServer(LanguageServer):
             for err in report.errors:
                 self.log_error(f"perflint: {err.one_line()}")
             self.publish(report)
+            self.recheck_paths(report.recheck)
             if not doc.is_notebook:
-                deps = await self.run(self.checker.dependents, doc.path)
-                self.recheck_paths(deps)
+                self.recheck_paths(await self.run(self.checker.dependents, doc.path))
+                self.schedule_refresh(key)
             return report
         except Exception as exc:  # noqa: BLE001
             log.exception("checking %s failed", key)
@@ -514,9 +534,10 @@ def create_server() -> PerflintServer:
 
     @server.feature(lsp.SHUTDOWN)
     def shutdown(ls: PerflintServer, params) -> None:
-        for handle in ls.pending.values():
-            handle.cancel()
-        ls.pending.clear()
+        for timers in (ls.pending, ls.refreshing):
+            for handle in timers.values():
+                handle.cancel()
+            timers.clear()
         ls.worker.shutdown(wait=False, cancel_futures=True)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
@@ -539,9 +560,10 @@ def create_server() -> PerflintServer:
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     async def did_close(ls: PerflintServer, params: lsp.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
-        handle = ls.pending.pop(uri, None)
-        if handle is not None:
-            handle.cancel()
+        for timers in (ls.pending, ls.refreshing):
+            handle = timers.pop(uri, None)
+            if handle is not None:
+                handle.cancel()
         report = ls.reports.pop(uri, None)
         if _is_python(uri, None) or report is not None:
             ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
