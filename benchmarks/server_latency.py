@@ -64,6 +64,12 @@ def training_script(lines: int = 300) -> str:
     return text
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -136,7 +142,9 @@ async def run(edits: int, latency_edits: int) -> dict:
 
         for _ in range(3):
             await edit()
+        cpu0 = _cpu_s(pid)
         latencies = [await edit() for _ in range(latency_edits)]
+        cpu_ms = (_cpu_s(pid) - cpu0) * 1000 / max(1, latency_edits)
         rss = [(0, _rss_mib(pid))]
         step = max(1, edits // 10)
         started = time.perf_counter()
@@ -152,6 +160,7 @@ async def run(edits: int, latency_edits: int) -> dict:
         await client.stop()
     return {
         "script_lines": text.count("\n"), "findings": findings, "latency_ms": [x * 1000 for x in latencies],
+        "server_cpu_ms_per_edit": cpu_ms, "load_average": os.getloadavg(),
         "rss_mib": rss, "soak_edits": edits, "soak_s": soak_s, "exit_code": code,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
     }
@@ -173,6 +182,7 @@ def main() -> None:
     print(f"| median of {len(lat)} edits | {statistics.median(lat):.0f} |")
     print(f"| 90th percentile | {p90:.0f} |")
     print(f"| fastest / slowest | {lat[0]:.0f} / {lat[-1]:.0f} |")
+    print(f"| server CPU time per edit | {res['server_cpu_ms_per_edit']:.0f} |")
     print()
     base = res["rss_mib"][0][1]
     print(f"| edits | server RSS (MiB) | growth (MiB) |")
@@ -180,7 +190,8 @@ def main() -> None:
     for n, mib in res["rss_mib"]:
         print(f"| {n} | {mib:.1f} | {mib - base:+.1f} |")
     print()
-    print(f"{res['soak_edits']} edits in {res['soak_s']:.1f} s; server exit status after shutdown/exit: {res['exit_code']}")
+    print(f"{res['soak_edits']} edits in {res['soak_s']:.1f} s; server exit status after shutdown/exit: "
+          f"{res['exit_code']}; load average at the end: {res['load_average'][0]:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
 

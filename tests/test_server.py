@@ -222,8 +222,13 @@ async def test_pyproject_change_reselects_rules(client: LanguageClient, tmp_path
         lsp.FileEvent(uri=(tmp_path / "pyproject.toml").as_uri(), type=lsp.FileChangeType.Changed)]))
     diags = await wait_diagnostics(client, uri, lambda d: _codes(d) == {"config-error"})
     assert "PF999" in diags[0].message
-    # Client settings override the file's selection.
+    # Saving pyproject.toml in the editor reloads it too.
     (tmp_path / "pyproject.toml").write_text(PYPROJECT + '\n[tool.perflint]\nselect = ["PF1"]\n')
+    client.text_document_did_save(lsp.DidSaveTextDocumentParams(
+        text_document=lsp.TextDocumentIdentifier(uri=(tmp_path / "pyproject.toml").as_uri())))
+    diags = await wait_diagnostics(client, uri, lambda d: "config-error" not in _codes(d))
+    assert _codes(diags) == {"PF101", "PF102", "PF105"}
+    # Client settings override the file's selection.
     client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
         settings={"perflint": {"select": ["PF2"], "unsafeFixes": True}}))
     diags = await wait_diagnostics(client, uri, lambda d: _codes(d) == {"PF201"})

@@ -84,6 +84,23 @@ def test_an_engine_crash_is_an_error_not_an_exception(tmp_path, monkeypatch):
     assert report.diagnostics == [] and "MemoryError: no room" in report.errors[0].message
 
 
+def test_notebook_fixes_stay_in_their_cells(tmp_path):
+    cells = [("code", "import torch\n"), ("markdown", "# title"),
+             ("code", "scaler = torch.cuda.amp.GradScaler()\nprint(scaler)\n")]
+    doc = Doc(key="nb", path=str(tmp_path / "nb.ipynb"), version=1, cells=cells)
+    checker = Checker(folders=[str(tmp_path)])
+    report = checker.check(doc)
+    (d,) = [d for d in report.diagnostics if d.code == "PF402"]
+    assert d.cell == 3 and d.location.row == 1
+    (edit,) = checker.edits_for(report, d)
+    line = cells[2][1].split("\n")[0]
+    assert edit.location.row == edit.end_location.row == 1
+    fixed_line = line[: edit.location.column - 1] + edit.content + line[edit.end_location.column - 1:]
+    assert fixed_line == 'scaler = torch.amp.GradScaler("cuda")'
+    new = checker.fix_all(report)
+    assert new[0] == cells[0][1] and new[2].startswith('scaler = torch.amp.GradScaler("cuda")')
+
+
 def test_syntax_error_position_in_a_notebook_cell(tmp_path):
     cells = [("code", "import torch\n"), ("markdown", "# title"), ("code", "x = 1\ny = (\n")]
     doc = Doc(key="nb", path=str(tmp_path / "nb.ipynb"), version=1, cells=cells)
