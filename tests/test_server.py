@@ -193,7 +193,8 @@ async def test_diagnostics_update_fix_and_hover(client: LanguageClient, tmp_path
 
 
 async def test_fix_all_applies_safe_fixes_only(client: LanguageClient, tmp_path):
-    uri = open_doc(client, tmp_path / "train.py", TRAIN)
+    uri = open_doc(client, tmp_path / "my train.py", TRAIN)  # a name the URI must quote
+    assert "%20" in uri
     await wait_diagnostics(client, uri)
     actions = await client.text_document_code_action_async(lsp.CodeActionParams(
         text_document=lsp.TextDocumentIdentifier(uri=uri),

@@ -17,7 +17,7 @@ import logging
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from urllib.parse import unquote
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
@@ -72,7 +72,9 @@ class PerflintServer(LanguageServer):
         self.tasks: set[asyncio.Task] = set()
         self.reports: dict[str, Report] = {}  # by document key (a file's or a notebook's URI)
         self.published_cells: dict[str, set[str]] = {}
-        self.settings_problems: list[str] = []
+        # Open documents by the URI the client gave (the keys of everything published).
+        self.open_files: dict[str, None] = {}
+        self.open_notebooks: dict[str, None] = {}
 
     # -- logging -------------------------------------------------------------------------
     def log_error(self, message: str) -> None:
@@ -112,7 +114,7 @@ class PerflintServer(LanguageServer):
         if nb is not None:
             cells = []
             for cell in nb.cells:
-                text_doc = self.workspace.text_documents.get(cell.document)
+                text_doc = self.text_document(cell.document)
                 code = (cell.kind == lsp.NotebookCellKind.Code and text_doc is not None
                         and (text_doc.language_id or "python") == "python")
                 cells.append(("code" if code else "markdown", text_doc.source if text_doc is not None else ""))
@@ -120,7 +122,7 @@ class PerflintServer(LanguageServer):
             if not path.endswith(".ipynb"):
                 path += ".ipynb"
             return Doc(key=key, path=path, version=nb.version, cells=cells)
-        doc = self.workspace.text_documents.get(key)
+        doc = self.text_document(key) if key in self.open_files else None
         if doc is None or not _is_python(key, doc.language_id):
             return None
         return Doc(key=key, path=_path_of(key), version=doc.version, text=doc.source)
@@ -129,13 +131,15 @@ class PerflintServer(LanguageServer):
         nb = self.workspace.get_notebook_document(notebook_uri=key)
         if nb is not None:
             return nb.version
-        doc = self.workspace.text_documents.get(key)
+        doc = self.text_document(key) if key in self.open_files else None
         return doc.version if doc is not None else None
 
     def open_keys(self) -> list[str]:
-        keys = [u for u, d in self.workspace.text_documents.items()
-                if self.workspace.get_notebook_document(cell_uri=u) is None and _is_python(u, d.language_id)]
-        return keys + list(self.workspace.notebook_documents)
+        return list(self.open_files) + list(self.open_notebooks)
+
+    def text_document(self, uri: str):
+        """The workspace's copy of an open text document (pygls keys them by unquoted URI)."""
+        return self.workspace.text_documents.get(unquote(uri))
 
     # -- checking ------------------------------------------------------------------------
     def schedule(self, key: str, delay: float) -> None:
@@ -314,7 +318,7 @@ class PerflintServer(LanguageServer):
         if self._supports_document_changes():
             changes = []
             for uri, text_edits in edits.items():
-                doc = self.workspace.text_documents.get(uri)
+                doc = self.text_document(uri)
                 changes.append(lsp.TextDocumentEdit(
                     text_document=lsp.OptionalVersionedTextDocumentIdentifier(uri=uri, version=doc.version if doc else None),
                     edits=text_edits))
@@ -542,7 +546,10 @@ def create_server() -> PerflintServer:
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: PerflintServer, params: lsp.DidOpenTextDocumentParams) -> None:
-        ls.schedule(params.text_document.uri, 0)
+        doc = params.text_document
+        if _is_python(doc.uri, doc.language_id):
+            ls.open_files[doc.uri] = None
+            ls.schedule(doc.uri, 0)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: PerflintServer, params: lsp.DidChangeTextDocumentParams) -> None:
@@ -555,7 +562,8 @@ def create_server() -> PerflintServer:
         if path and _CONFIG_NAMES.match(os.path.basename(path)):
             await ls.config_changed()
             return
-        ls.schedule(uri, 0)
+        if uri in ls.open_files or uri in ls.open_notebooks:
+            ls.schedule(uri, 0)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     async def did_close(ls: PerflintServer, params: lsp.DidCloseTextDocumentParams) -> None:
@@ -565,7 +573,7 @@ def create_server() -> PerflintServer:
             if handle is not None:
                 handle.cancel()
         report = ls.reports.pop(uri, None)
-        if _is_python(uri, None) or report is not None:
+        if ls.open_files.pop(uri, False) is None or report is not None:
             ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
         if report is not None and not report.doc.is_notebook:
             await ls.run(ls.checker.close, report.doc)
@@ -573,6 +581,7 @@ def create_server() -> PerflintServer:
 
     @server.feature(lsp.NOTEBOOK_DOCUMENT_DID_OPEN)
     def nb_open(ls: PerflintServer, params: lsp.DidOpenNotebookDocumentParams) -> None:
+        ls.open_notebooks[params.notebook_document.uri] = None
         ls.schedule(params.notebook_document.uri, 0)
 
     @server.feature(lsp.NOTEBOOK_DOCUMENT_DID_CHANGE)
@@ -586,6 +595,7 @@ def create_server() -> PerflintServer:
     @server.feature(lsp.NOTEBOOK_DOCUMENT_DID_CLOSE)
     def nb_close(ls: PerflintServer, params: lsp.DidCloseNotebookDocumentParams) -> None:
         key = params.notebook_document.uri
+        ls.open_notebooks.pop(key, None)
         handle = ls.pending.pop(key, None)
         if handle is not None:
             handle.cancel()
@@ -612,6 +622,12 @@ def create_server() -> PerflintServer:
         for path in paths:
             deps |= set(await ls.run(ls.checker.disk_changed, path))
         ls.recheck_paths(deps)
+
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    def folders_changed(ls: PerflintServer, params: lsp.DidChangeWorkspaceFoldersParams) -> None:
+        gone = {to_fs_path(f.uri) for f in params.event.removed if f.uri.startswith("file:")}
+        added = [to_fs_path(f.uri) for f in params.event.added if f.uri.startswith("file:")]
+        ls.checker.folders = [f for f in ls.checker.folders if f not in gone] + [f for f in added if f]
 
     @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def configuration(ls: PerflintServer, params: lsp.DidChangeConfigurationParams) -> None:
