@@ -329,6 +329,65 @@ def test_pf305_guard_a_second_unscale_raises():
         scaler.unscale_(opt)
 
 
+def test_pf305_no_fix_under_gradient_accumulation_where_an_inserted_unscale_would_raise():
+    src = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu")
+x, y = torch.randn(16, 8), torch.randn(16, 1)
+loader = [(x, y)] * 4
+for i, (xb, yb) in enumerate(loader):
+    loss = ((model(xb) - yb) ** 2).mean() / 2
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if (i + 1) % 2 == 0:
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+result = [p.detach().clone() for p in model.parameters()]
+"""
+    assert findings(src, ["PF305"]) == ["PF305"]
+    assert fixed(src, ["PF305"], unsafe=True) == textwrap.dedent(src)
+    # What the guard prevents: the same insertion as in the plain case raises here.
+    inserted = textwrap.dedent(src).replace(
+        "    torch.nn.utils.clip_grad_norm_", "    scaler.unscale_(opt)\n    torch.nn.utils.clip_grad_norm_")
+    with pytest.raises(RuntimeError, match="unscale_\\(\\) has already been called"):
+        run(inserted)
+
+
+# -- PF102 on data placed on a device --------------------------------------------------------------
+
+
+def test_pf102_no_pin_memory_for_a_dataset_created_on_a_device_variable():
+    # "meta" stands in for a CUDA device on this CPU machine: like CUDA tensors, meta tensors
+    # cannot be pinned, and pinning is what the loader's pin-memory step does to each batch.
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    src = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+device = torch.device("cuda" if torch.cuda.is_available() else "meta")
+X = torch.randn(32, 4, device=device)
+Y = torch.zeros(32, device=device)
+loader = DataLoader(TensorDataset(X, Y), batch_size=8, num_workers=0)
+batch = next(iter(loader))
+"""
+    assert findings(src, ["PF102"]) == []
+    assert fixed(src, ["PF102"], unsafe=True) == textwrap.dedent(src)
+    batch = run(src)["batch"]
+    with pytest.raises(RuntimeError, match="cannot pin"):
+        pin_memory(batch)
+    # The same loader over host data gets the safe fix, and its batches are unchanged.
+    host = src.replace(", device=device)", ")").replace('"meta"', '"cpu"') + "\nx = X.sum()\n"
+    assert findings(host, ["PF102"]) == ["PF102"]
+    after = fixed(host, ["PF102"])
+    assert "pin_memory=True" in after
+    assert same(run(host)["batch"], run(after)["batch"])
+
+
 # -- PF402 -------------------------------------------------------------------------------------
 
 

@@ -60,18 +60,165 @@ def facts_literal_values(facts: Facts, node: cst.BaseExpression) -> list | None:
 
 
 def moves_to_device(facts: Facts, node: cst.CSTNode) -> bool:
+    """Whether code under `node` may place data on a device: `.cuda()`, `.pin_memory()`,
+    `.to(<not provably the CPU>)`, a `device=` argument that is not provably the CPU, or a
+    "cuda" string."""
     for n in iter_nodes(node):
         if isinstance(n, cst.Call):
             name = call_name(n)
             if name == "cuda" or name == "pin_memory":
                 return True
-            if name == "to" and n.args:
-                ks = facts.device_kinds(n.args[0].value)
-                if ks & {"device_cuda", "device_unknown", "device_other"}:
-                    return True
+            if name == "to" and _to_device_state(facts, n) != "none":
+                return True
+            dev = get_arg(n, "device")
+            if dev is not None and facts.device_kinds(dev.value) - {"device_cpu"}:
+                return True
         if isinstance(n, cst.SimpleString) and "cuda" in n.value:
             return True
     return False
+
+
+_DTYPES = {"float", "float32", "float64", "double", "half", "float16", "bfloat16", "int", "int8", "int16", "int32",
+           "int64", "long", "short", "uint8", "bool", "complex64", "complex128", "cfloat"}
+_SHAPE_FACTORIES = {"randn", "rand", "zeros", "ones", "empty", "full", "arange", "range", "linspace", "logspace",
+                    "randint", "randperm", "eye", "normal", "bernoulli", "multinomial"}
+_DATA_FACTORIES = {"tensor", "as_tensor", "Tensor", "FloatTensor", "LongTensor", "IntTensor", "DoubleTensor",
+                   "HalfTensor", "BoolTensor", "ByteTensor", "stack", "cat", "concat", "concatenate", "hstack",
+                   "vstack", "where", "clamp", "abs", "exp", "log", "sigmoid", "softmax", "log_softmax"}
+_SAME_DEVICE_METHODS = {"float", "double", "half", "bfloat16", "long", "int", "short", "bool", "byte", "char",
+                        "view", "reshape", "unsqueeze", "squeeze", "permute", "transpose", "contiguous", "clone",
+                        "detach", "flatten", "expand", "expand_as", "repeat", "narrow", "type_as", "view_as",
+                        "reshape_as", "t", "numpy", "tolist", "item", "split", "chunk", "unbind", "mean", "sum",
+                        "std", "abs", "clamp", "sqrt", "exp", "log", "sign", "round", "floor", "ceil", "astype",
+                        "copy", "squeeze_", "unsqueeze_", "mul", "add", "sub", "div", "normal_", "uniform_", "fill_",
+                        "zero_", "requires_grad_"}
+_HOST_BUILTINS = {"str", "int", "float", "bool", "len", "range", "open", "print", "repr", "format", "hash"}
+_COLLECTION_BUILTINS = {"list", "tuple", "sorted", "reversed", "set", "dict", "zip", "enumerate", "map", "filter"}
+_HOST_MODULES = ("numpy.", "os.", "pathlib.", "glob.", "json.", "csv.", "pickle.", "random.", "math.", "pandas.",
+                 "PIL.", "soundfile.", "librosa.", "scipy.", "h5py.", "torchvision.transforms.",
+                 "torchaudio.transforms.", "torchvision.io.", "torchaudio.load", "torch.from_numpy",
+                 "torch.load")
+
+
+def _to_device_state(facts: Facts, call: cst.Call) -> str:
+    """For `x.to(...)`: "none" (only dtypes or copy flags), "cpu" or "device" (maybe not the CPU)."""
+    state = "none"
+    for a in call.args:
+        kw = a.keyword.value if a.keyword is not None else None
+        if kw in ("non_blocking", "copy", "memory_format"):
+            continue
+        if kw == "dtype" or _is_dtype(facts, a.value):
+            continue
+        if a.star:
+            return "device"
+        if facts.device_kinds(a.value) == {"device_cpu"}:
+            state = "cpu" if state == "none" else state
+            continue
+        return "device"
+    return state
+
+
+def _is_dtype(facts: Facts, expr: cst.BaseExpression) -> bool:
+    q = facts.qualname(expr) or ""
+    return q.startswith("torch.") and q.rsplit(".", 1)[-1] in _DTYPES and q.count(".") == 1
+
+
+def _default_device_changed(facts: Facts) -> bool:
+    """The file moves tensor creation off the CPU by default (`torch.set_default_device`, a
+    CUDA default tensor type, or `with torch.device(...)`)."""
+    if facts.calls_to("torch.set_default_device", "torch.set_default_tensor_type"):
+        return True
+    return any(isinstance(facts.parent(c), cst.WithItem) for c in facts.calls_to("torch.device"))
+
+
+def _combine(states) -> str:
+    states = list(states)
+    if "device" in states:
+        return "device"
+    if "unknown" in states:
+        return "unknown"
+    return "cpu"
+
+
+def host_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -> str:
+    """Where a value handed to a dataset lives: "cpu" (provably host data: literals, option
+    values, numpy arrays, CPU tensors), "device" (maybe placed on a device) or "unknown"."""
+    if expr is None or depth > 6:
+        return "unknown"
+    if literal_value(expr) is not NOT_LITERAL:
+        if isinstance(expr, cst.SimpleString) and "cuda" in expr.value:
+            return "device"
+        return "cpu"
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
+        return "cpu"
+    if isinstance(expr, cst.Name):
+        bs = facts.lookup(expr.value, expr)
+        if not bs or any(b.how != "expr" for b in bs):
+            return "unknown"
+        return _combine(host_origin(facts, b.node, depth + 1) for b in bs)
+    if isinstance(expr, cst.Attribute):
+        if _is_dtype(facts, expr):
+            return "cpu"
+        base = expr.value
+        if isinstance(base, cst.Name):
+            bs = facts.lookup(base.value, base)
+            if len(bs) == 1 and bs[0].how == "expr" and isinstance(bs[0].node, cst.Call) \
+                    and call_name(bs[0].node) in ("parse_args", "parse_known_args"):
+                return "cpu"  # an argparse option: a string, a number or a flag
+        return "unknown"
+    if isinstance(expr, cst.Subscript):
+        return host_origin(facts, expr.value, depth + 1)
+    if isinstance(expr, cst.BinaryOperation):
+        return _combine([host_origin(facts, expr.left, depth + 1), host_origin(facts, expr.right, depth + 1)])
+    if isinstance(expr, cst.UnaryOperation):
+        return host_origin(facts, expr.expression, depth + 1)
+    if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+        return _combine(host_origin(facts, e.value, depth + 1) for e in expr.elements)
+    if isinstance(expr, cst.Dict):
+        return _combine(host_origin(facts, e.value, depth + 1) for e in expr.elements if isinstance(e, cst.DictElement))
+    if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+        return "device" if moves_to_device(facts, expr) else "unknown"
+    if isinstance(expr, cst.Call):
+        return _call_origin(facts, expr, depth)
+    return "unknown"
+
+
+def _call_origin(facts: Facts, call: cst.Call, depth: int) -> str:
+    q = facts.qualname(call.func) or ""
+    dev = get_arg(call, "device")
+    if q.startswith("torch.") and q.count(".") == 1:
+        fn = q[len("torch."):]
+        if dev is not None:
+            return "cpu" if facts.device_kinds(dev.value) == {"device_cpu"} else "device"
+        if fn in _SHAPE_FACTORIES:
+            return "unknown" if _default_device_changed(facts) else "cpu"
+        if fn.endswith("_like") or fn in _DATA_FACTORIES:
+            if not call.args:
+                return "unknown"
+            first = host_origin(facts, call.args[0].value, depth + 1)
+            if first == "cpu" and fn in ("tensor", "as_tensor", "Tensor") and _default_device_changed(facts):
+                return "unknown"
+            return first
+    if q.startswith(_HOST_MODULES) or q in _HOST_BUILTINS:
+        if any(moves_to_device(facts, a.value) for a in call.args):
+            return "device"
+        return "cpu"
+    if q in _COLLECTION_BUILTINS:
+        return _combine(host_origin(facts, a.value, depth + 1) for a in call.args) if call.args else "cpu"
+    if isinstance(call.func, cst.Attribute) and not q:
+        method = call.func.attr.value
+        if method == "cuda":
+            return "device"
+        if method in ("cpu", "pin_memory"):
+            return "cpu"
+        if method == "to":
+            state = _to_device_state(facts, call)
+            if state == "device":
+                return "device"
+            return "cpu" if state == "cpu" else host_origin(facts, call.func.value, depth + 1)
+        if method in _SAME_DEVICE_METHODS:
+            return host_origin(facts, call.func.value, depth + 1)
+    return "unknown"
 
 
 def _function_node(facts: Facts, expr: cst.BaseExpression) -> cst.CSTNode | None:
@@ -92,7 +239,7 @@ def _function_node(facts: Facts, expr: cst.BaseExpression) -> cst.CSTNode | None
 
 
 def dataset_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -> str:
-    """"cpu" (yields CPU data for sure), "device" (moves to a device itself) or "unknown"."""
+    """"cpu" (yields CPU data for sure), "device" (may place data on a device) or "unknown"."""
     if expr is None or depth > 5:
         return "unknown"
     if isinstance(expr, cst.Name):
@@ -107,15 +254,27 @@ def dataset_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0
         return "unknown"
     if isinstance(expr, cst.Call):
         q = facts.qualname(expr.func) or ""
+        args = _combine(host_origin(facts, a.value) for a in expr.args)
         if q == "torch.utils.data.TensorDataset":
-            return "device" if any(moves_to_device(facts, a.value) for a in expr.args) else "cpu"
+            return args
         if q.startswith(("torchvision.datasets.", "torchaudio.datasets.")):
-            return "cpu"
+            # The dataset reads files on the host; only its arguments (a transform that
+            # moves samples, say) can put data elsewhere.
+            return "device" if any(moves_to_device(facts, _resolved(facts, a.value)) for a in expr.args) else "cpu"
         if isinstance(expr.func, cst.Name):
             cls = facts.classes_by_name.get(expr.func.value)
             if cls is not None:
-                return "device" if moves_to_device(facts, cls) else "cpu"
+                return "device" if moves_to_device(facts, cls) else args
     return "unknown"
+
+
+def _resolved(facts: Facts, expr: cst.BaseExpression) -> cst.CSTNode:
+    """A name's single binding, else the expression itself."""
+    if isinstance(expr, cst.Name):
+        bs = facts.lookup(expr.value, expr)
+        if len(bs) == 1 and bs[0].how == "expr":
+            return bs[0].node
+    return expr
 
 
 def collate_origin(facts: Facts, call: cst.Call) -> str:
@@ -339,18 +498,22 @@ class DataLoaderNoPinMemory(Rule):
     ```
 
     ## Fix safety
-    Adds `pin_memory=True`. **Safe** when the dataset is known to yield CPU data (a
-    `TensorDataset` of CPU tensors, a torchvision/torchaudio dataset, or a Dataset class in
-    the same file that never moves data to a device) and any `collate_fn` is a function in
-    the file that does not either: pinning then only changes where the batch lives on the
-    host. **Unsafe** otherwise, because pinning a batch that is already on the GPU raises
-    `RuntimeError: cannot pin 'torch.cuda.FloatTensor'`. Without an accelerator,
-    `pin_memory=True` is a no-op with a warning.
+    Adds `pin_memory=True`. **Safe** only when the facts prove the batches are host memory:
+    a `TensorDataset` whose tensors are provably CPU tensors (created by a torch factory
+    with no `device=` or `device="cpu"`, from numpy, or from literals, with no default
+    device set in the file), a torchvision/torchaudio dataset, or a Dataset class in the
+    same file that never places data on a device and whose constructor arguments are
+    provably host values; and any `collate_fn` is a function in the file that does not
+    move data either. **Unsafe** when any of this is unknown (a tensor returned by a
+    function, a dataset from another module), because pinning a batch that is already on
+    the GPU raises `RuntimeError: cannot pin 'torch.cuda.FloatTensor'`. Without an
+    accelerator, `pin_memory=True` is a no-op with a warning.
 
     ## Applies to
     All torch versions; CUDA code only (the file calls `.cuda()`, names a `"cuda"` device or
     uses `torch.cuda`). Not reported when the `collate_fn` or the dataset already moves data
-    to the device.
+    to the device, or the dataset's tensors are created with a `device=` that may be a GPU
+    (`torch.randn(n, d, device=device)`): there is no host-to-device copy to speed up.
 
     ## References
     - PyTorch tutorial "A guide on good usage of non_blocking and pin_memory() in PyTorch"
