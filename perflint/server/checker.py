@@ -300,11 +300,14 @@ class Checker:
         return self.dependents(path)
 
     # -- fixes -----------------------------------------------------------------------------
-    def with_edits(self, report: Report) -> dict:
-        """The report's diagnostics with their fix edits, by (code, cell, row, column);
-        computed on first use (a fix's edit costs a pass over the tree)."""
-        if report._with_edits is not None:
-            return report._with_edits
+    def with_edits(self, report: Report, code: str) -> dict:
+        """The report's findings of rule `code` with their fix edits, by (code, cell, row,
+        column); computed on first use by checking again with only that rule (a fix's edit
+        costs a pass over the tree, so only the fixes asked for are rendered)."""
+        cache = report._with_edits if report._with_edits is not None else {}
+        report._with_edits = cache
+        if code in cache:
+            return cache[code]
         from perflint.engine import lint_bytes
 
         out: dict = {}
@@ -314,15 +317,16 @@ class Checker:
             wp = self._project(doc.path)
             view = wp.view(os.path.abspath(doc.path)) if wp is not None else None
             try:
-                result = lint_bytes(doc.path, raw, replace(report.options, with_edits=True), project=view)
+                options = replace(report.options, codes=(code,), with_edits=True)
+                result = lint_bytes(doc.path, raw, options, project=view)
                 out = {_diag_key(d): d for d in result.diagnostics}
             except Exception as exc:  # noqa: BLE001
                 self.log(f"perflint: computing fixes for {doc.path} failed: {type(exc).__name__}: {exc}")
-        report._with_edits = out
+        cache[code] = out
         return out
 
     def edits_for(self, report: Report, d: Diagnostic):
-        got = self.with_edits(report).get(_diag_key(d))
+        got = self.with_edits(report, d.code).get(_diag_key(d))
         return got.fix.edits if got is not None and got.fix is not None else ()
 
     def fix_all(self, report: Report) -> str | list[str] | None:
