@@ -185,7 +185,7 @@ def main() -> None:
     print(f"| server CPU time per edit | {res['server_cpu_ms_per_edit']:.0f} |")
     print()
     base = res["rss_mib"][0][1]
-    print(f"| edits | server RSS (MiB) | growth (MiB) |")
+    print("| edits | server RSS (MiB) | growth (MiB) |")
     print("|---|---|---|")
     for n, mib in res["rss_mib"]:
         print(f"| {n} | {mib:.1f} | {mib - base:+.1f} |")

@@ -21,7 +21,7 @@ from urllib.parse import unquote
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
-from pygls.uris import from_fs_path, to_fs_path
+from pygls.uris import to_fs_path
 from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
 
 from perflint import __version__
