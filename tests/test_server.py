@@ -73,8 +73,11 @@ async def wait_diagnostics(client: LanguageClient, uri: str, pred=lambda d: True
 
 
 def _init_params(root: Path, options: dict | None = None) -> lsp.InitializeParams:
+    capabilities = client_capabilities("visual-studio-code")
+    capabilities.notebook_document = lsp.NotebookDocumentClientCapabilities(
+        synchronization=lsp.NotebookDocumentSyncClientCapabilities())
     return lsp.InitializeParams(
-        capabilities=client_capabilities("visual-studio-code"),
+        capabilities=capabilities,
         root_uri=root.as_uri(),
         workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name="demo")],
         initialization_options=options or {},
@@ -99,9 +102,14 @@ def _accept_registrations(client: LanguageClient) -> list:
 async def client(lsp_client: LanguageClient, tmp_path):
     (tmp_path / "pyproject.toml").write_text(PYPROJECT)
     lsp_client.registrations = _accept_registrations(lsp_client)
-    await lsp_client.initialize_session(_init_params(tmp_path))
+    result = await lsp_client.initialize_session(_init_params(tmp_path))
+    assert result.capabilities.code_action_provider.resolve_provider
+    assert result.capabilities.notebook_document_sync is not None
     yield
     await lsp_client.shutdown_session()
+    # A clean shutdown: `shutdown` answered, then `exit` ends the process with status 0.
+    assert lsp_client._server.returncode == 0
+    assert [r.method for r in lsp_client.registrations] == [lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES]
 
 
 def open_doc(client: LanguageClient, path: Path, text: str, version: int = 1) -> str:
