@@ -85,11 +85,14 @@ async def run(edits: int, latency_edits: int) -> dict:
     published: dict[int, float] = {}
     arrived = asyncio.Event()
 
+    last: list = []
+
     @client.feature(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
     def on_publish(params: lsp.PublishDiagnosticsParams) -> None:
         if params.version is not None:
             published[params.version] = time.perf_counter()
             published[-1] = len(params.diagnostics)
+            last[:] = params.diagnostics
             arrived.set()
 
     @client.feature(lsp.CLIENT_REGISTER_CAPABILITY)
@@ -106,8 +109,11 @@ async def run(edits: int, latency_edits: int) -> dict:
         uri = path.as_uri()
         await client.start_io(sys.executable, "-m", "perflint", "server", env=env)
         pid = client._server.pid  # type: ignore[union-attr]
+        capabilities = lsp.ClientCapabilities(text_document=lsp.TextDocumentClientCapabilities(
+            code_action=lsp.CodeActionClientCapabilities(resolve_support=lsp.ClientCodeActionResolveOptions(
+                properties=["edit"]))))
         await client.initialize_async(lsp.InitializeParams(
-            capabilities=lsp.ClientCapabilities(), root_uri=folder.as_uri(),
+            capabilities=capabilities, root_uri=folder.as_uri(),
             workspace_folders=[lsp.WorkspaceFolder(uri=folder.as_uri(), name="bench")]))
         client.initialized(lsp.InitializedParams())
 
@@ -142,6 +148,24 @@ async def run(edits: int, latency_edits: int) -> dict:
 
         for _ in range(3):
             await edit()
+        async def action_ms(diag: lsp.Diagnostic | None, kind: str) -> float:
+            """A code action asked for and its edit resolved, as picking it from a menu does."""
+            rng = diag.range if diag is not None else lsp.Range(start=lsp.Position(line=0, character=0),
+                                                                end=lsp.Position(line=0, character=0))
+            sent = time.perf_counter()
+            actions = await client.text_document_code_action_async(lsp.CodeActionParams(
+                text_document=lsp.TextDocumentIdentifier(uri=uri), range=rng,
+                context=lsp.CodeActionContext(diagnostics=[diag] if diag else [], only=[kind])))
+            chosen = next(a for a in actions if a.title.startswith("Fix") or kind != "quickfix")
+            if chosen.edit is None:
+                chosen = await client.code_action_resolve_async(chosen)
+            assert chosen.edit is not None
+            return (time.perf_counter() - sent) * 1000
+
+        fixable = next(d for d in last if (d.data or {}).get("fix") and d.data["fix"]["offered"])
+        quick_fix = [await action_ms(fixable, "quickfix") for _ in range(5)]
+        await edit()  # a new version: nothing cached
+        fix_all = [await action_ms(None, "source.fixAll.perflint") for _ in range(5)]
         cpu0 = _cpu_s(pid)
         latencies = [await edit() for _ in range(latency_edits)]
         cpu_ms = (_cpu_s(pid) - cpu0) * 1000 / max(1, latency_edits)
@@ -160,7 +184,8 @@ async def run(edits: int, latency_edits: int) -> dict:
         await client.stop()
     return {
         "script_lines": text.count("\n"), "findings": findings, "latency_ms": [x * 1000 for x in latencies],
-        "server_cpu_ms_per_edit": cpu_ms, "load_average": os.getloadavg(),
+        "server_cpu_ms_per_edit": cpu_ms, "quick_fix_ms": quick_fix, "fix_all_ms": fix_all,
+        "quick_fix_rule": fixable.code, "load_average": os.getloadavg(),
         "rss_mib": rss, "soak_edits": edits, "soak_s": soak_s, "exit_code": code,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
     }
@@ -183,6 +208,11 @@ def main() -> None:
     print(f"| 90th percentile | {p90:.0f} |")
     print(f"| fastest / slowest | {lat[0]:.0f} / {lat[-1]:.0f} |")
     print(f"| server CPU time per edit | {res['server_cpu_ms_per_edit']:.0f} |")
+    print()
+    print("| code action, asked for and resolved | first (ms) | median of the next 4 (ms) |")
+    print("|---|---|---|")
+    for label, key in ((f"quick fix ({res['quick_fix_rule']})", "quick_fix_ms"), ("fix all safe fixes", "fix_all_ms")):
+        print(f"| {label} | {res[key][0]:.0f} | {statistics.median(res[key][1:]):.0f} |")
     print()
     base = res["rss_mib"][0][1]
     print("| edits | server RSS (MiB) | growth (MiB) |")

@@ -114,6 +114,7 @@ class Report:
     root: str | None = None
     recheck: list[str] = field(default_factory=list)  # other open files to check again
     _with_edits: dict | None = None
+    _fix_all: tuple | None = None  # (result,) once computed
 
     @property
     def unsafe(self) -> bool:
@@ -332,11 +333,16 @@ class Checker:
     def fix_all(self, report: Report) -> str | list[str] | None:
         """Every safe fix applied: the new text (a notebook: the new text of every cell), or
         None when nothing changes."""
+        if report.options is None or report.syntax is not None or report.file_error is not None:
+            return None
+        if report._fix_all is None:
+            report._fix_all = (self._fix_all(report),)
+        return report._fix_all[0]
+
+    def _fix_all(self, report: Report) -> str | list[str] | None:
         from perflint.engine import fix_bytes, fix_text
         from perflint.selection import fixable_codes
 
-        if report.options is None or report.syntax is not None or report.file_error is not None:
-            return None
         doc = report.doc
         allowed = fixable_codes(report.settings) if report.settings is not None else None
         fixable = (lambda code: code in allowed) if allowed is not None else None
