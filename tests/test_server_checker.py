@@ -49,6 +49,14 @@ def test_settings_are_the_clis(tmp_path):
     assert "PF201" not in _codes(report) and "PF101" in _codes(report)
 
 
+def test_excluded_files_are_not_reported(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nextend-exclude = ["vendor/**"]\n')
+    (tmp_path / "vendor").mkdir()
+    checker = Checker(folders=[str(tmp_path)])
+    assert checker.check(_doc(tmp_path, name="vendor/train.py")).diagnostics == []
+    assert "PF101" in _codes(checker.check(_doc(tmp_path)))
+
+
 def test_client_overrides_sit_where_command_line_flags_do(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nignore = ["PF201"]\n')
     overrides, problems = parse_client_settings({"perflint": {"select": "PF2", "targetTorch": "2.6",

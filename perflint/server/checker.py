@@ -149,6 +149,7 @@ class Checker:
         self.asked: dict[str, tuple[str, list[str], str]] = {}  # abs path → (root, questions, digest)
         self._completed: set[str] = set()
         self.stale: set[str] = set()  # open files whose summary in the project predates their last edit
+        self._excluded: dict[str, bool] = {}
 
     # -- settings ------------------------------------------------------------------------
     def reload(self, overrides: dict | None = None) -> None:
@@ -156,6 +157,20 @@ class Checker:
         if overrides is not None:
             self.overrides = dict(overrides)
         self.resolver = Resolver(overrides=self.overrides)
+        self._excluded.clear()
+
+    def excluded(self, path: str) -> bool:
+        """Whether the configuration excludes the file (`exclude`, `extend-exclude`,
+        .gitignore), as `perflint check --force-exclude` (pre-commit) decides."""
+        from perflint.discovery import discover
+
+        a = os.path.abspath(path)
+        if a not in self._excluded:
+            if not os.path.isabs(path) or not os.path.isfile(a):
+                return False  # not on disk (yet): nothing to exclude it by
+            found = discover([a], self.resolver, force_exclude=True)
+            self._excluded[a] = not found.files and not found.errors
+        return self._excluded[a]
 
     def _settings(self, path: str):
         from perflint.runner import options_for
@@ -193,6 +208,8 @@ class Checker:
             report.settings, report.options = self._settings(doc.path)
         except ConfigError as exc:
             report.config_error = str(exc)
+            return report
+        if self.excluded(doc.path):
             return report
         try:
             self._check(doc, report)
