@@ -130,6 +130,11 @@ def test_noqa_insertion(line, row, code, expect):
     assert lines[0] == expect
 
 
+def test_noqa_on_the_first_line_of_a_bracketed_call():
+    text = "loader = DataLoader(\r\n    ds,\r\n)\r\n"
+    assert noqa_insertion(text, 1, "PF101") == (1, 21, "  # noqa: PF101")
+
+
 def test_no_noqa_where_a_comment_cannot_go():
     # The reported line ends inside a string, or with a backslash continuation.
     assert noqa_insertion('x = f("""a\nb""")\n', 1, "PF201") is None

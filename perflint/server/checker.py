@@ -443,46 +443,37 @@ def noqa_insertion(text: str, row: int, code: str) -> tuple[int, int, str] | Non
     if not 1 <= row <= len(lines):
         return None
     line = lines[row - 1]
-    comment_col = None
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-            if tok.type == tokenize.COMMENT and tok.start[0] == row:
-                comment_col = tok.start[1]
-                break
-            if tok.start[0] > row:
-                break
-    except (tokenize.TokenError, SyntaxError):
-        pass
+    comment = _comment_on(text, row)
     insert = None
-    if comment_col is not None:
-        m = _NOQA.search(line, comment_col)
+    if comment is not None:
+        m = _NOQA.search(line, comment[0])
         if m is not None:
             insert = (row, m.end("codes") + 1, f", {code}")
     if insert is None:
-        stripped = len(line.rstrip())
-        insert = (row, stripped + 1, f"  # noqa: {code}")
-    # Check that the comment does what it should and changes nothing else.
+        insert = (row, len(line.rstrip()) + 1, f"  # noqa: {code}")
+    # The inserted text must end up in a comment on that line that suppresses the code (a
+    # comment changes nothing else); only the lines up to it are tokenized.
     new_line = line[: insert[1] - 1] + insert[2] + line[insert[1] - 1:]
-    new_lines = lines[: row - 1] + [new_line] + lines[row:]
-    new_text = "\n".join(new_lines)
-    if not parse_suppressions(new_text).suppressed(code, row):
-        return None
-    if _parses("\n".join(lines)) and not _parses(new_text):
+    after = _comment_on("\n".join(lines[: row - 1] + [new_line]) + "\n", row)
+    first = insert[1] - 1 + len(insert[2]) - len(insert[2].lstrip())  # where the inserted text starts
+    if after is None or after[0] > first or not parse_suppressions(after[1]).suppressed(code, 1):
         return None
     return insert
 
 
-def _parses(text: str) -> bool:
-    import ast
-    import warnings
-
+def _comment_on(text: str, row: int) -> tuple[int, str] | None:
+    """(0-based column, text) of the comment token on `row`, tokenizing no further than it."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ast.parse(text)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return False
-    return True
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.ERRORTOKEN and not tok.string.isspace():
+                return None  # e.g. a backslash that no longer ends its line
+            if tok.type == tokenize.COMMENT and tok.start[0] == row:
+                return tok.start[1], tok.string
+            if tok.start[0] > row:
+                return None
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return None
 
 
 _NEWLINE = re.compile(r"\r\n?|\n")
