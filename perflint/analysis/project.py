@@ -78,17 +78,43 @@ def read_regular(path: str) -> bytes | None:
 
 def project_files(root: Path) -> list[Path]:
     """The Python files of a project (virtual environments, caches and hidden folders skipped)."""
-    out: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(
-            d for d in dirnames
-            if d not in _SKIP_DIRS and not d.startswith(".") and not os.path.exists(os.path.join(dirpath, d, "pyvenv.cfg"))
-        )
-        for f in sorted(filenames):
-            if f.endswith(".py") and os.path.isfile(os.path.join(dirpath, f)):
-                out.append(Path(dirpath, f))
-                if len(out) >= MAX_PROJECT_FILES:
-                    return out
+    return [Path(p) for p in project_paths(str(root.absolute()))]
+
+
+def project_paths(root: str) -> list[str]:
+    """`project_files` as absolute path strings, in the same order (a folder's files, then
+    its sub-folders, each sorted); one `scandir` per folder."""
+    out: list[str] = []
+
+    def walk(d: str) -> bool:
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except OSError:
+            return True
+        files, dirs = [], []
+        for e in entries:
+            name = e.name
+            try:
+                if name.endswith(".py"):
+                    if e.is_file():
+                        files.append(name)
+                elif e.is_dir() and not e.is_symlink():
+                    if name not in _SKIP_DIRS and not name.startswith(".") and \
+                            not os.path.exists(os.path.join(e.path, "pyvenv.cfg")):
+                        dirs.append(name)
+            except OSError:
+                continue
+        for name in sorted(files):
+            out.append(os.path.join(d, name))
+            if len(out) >= MAX_PROJECT_FILES:
+                return False
+        for name in sorted(dirs):
+            if not walk(os.path.join(d, name)):
+                return False
+        return True
+
+    walk(os.path.normpath(root))
     return out
 
 
@@ -304,7 +330,7 @@ class ProjectIndex:
                 if where is None or not where[1]:
                     continue
                 records.append((path, c, where))
-                calls_to.setdefault(where, []).append(c)
+                calls_to.setdefault(where, []).append((path, c))
                 if c.get("step"):
                     caller = self.summaries[path]
                     step_fns.setdefault(where, (path, c["line"], c["step"], bool(caller.get("accel")),
@@ -345,18 +371,33 @@ class ProjectIndex:
             self._index_calls()
         sites = self._calls_to.get(where) or []  # type: ignore[union-attr]
         agreed: set[str] | None = None
-        for c in sites:
+        for caller, c in sites:
             if c.get("splat"):
                 return frozenset()
             ks = None
+            key = None
             if name in c.get("kw", {}):
-                ks = set(c["kw"][name])
+                ks, key = set(c["kw"][name]), name
             elif index < len(c.get("args", ())):
-                ks = set(c["args"][index])
+                ks, key = set(c["args"][index]), str(index)
             if ks is None:
                 return frozenset()
+            via = c.get("via", {}).get(key)
+            if not ks and via is not None:
+                ks = set(self._via_kinds(caller, via))
             agreed = ks if agreed is None else agreed & ks
         return frozenset((agreed or set()) & PARAM_KINDS)
+
+    def _via_kinds(self, caller: str, via: list) -> frozenset[str]:
+        """Kinds of an argument bound to a call of a project function: its result kinds; an
+        element unpacked from the result keeps only "dataloader" (a function returning
+        nothing but loaders, see the summary)."""
+        ref, unpacked = via
+        w = self.resolve(caller, ref)
+        if w is None or not w[1] or (caller, ref) == w:
+            return frozenset()
+        got = self.result_kinds(w)
+        return got & {"dataloader"} if unpacked else got
 
     def constant(self, importer: str, ref: str):
         """The value of a project module's top-level literal constant; KeyError when unknown."""

@@ -486,14 +486,13 @@ def _split_lines(text: str) -> list[str]:
 
 def rule_markdown(code: str) -> str | None:
     """A rule's documentation for a hover."""
-    from perflint.links import rule_url
-    from perflint.rules import all_rules
+    from perflint.rules import all_rules, docs_url
 
     rule = all_rules().get(code)
     if rule is None:
         return None
     head = f"**{rule.code}** `{rule.name}`: {rule.summary}"
-    meta = f"Fix: {rule.fix_class} · severity: {rule.severity.value} · [documentation]({rule_url(rule.code)})"
+    meta = f"Fix: {rule.fix_class} · severity: {rule.severity.value} · [documentation]({docs_url(rule.code)})"
     return f"{head}\n\n{meta}\n\n{_demote_headings(rule.doc())}"
 
 

@@ -26,7 +26,7 @@ from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
 
 from perflint import __version__
 from perflint.diagnostics import Applicability, Diagnostic, Severity
-from perflint.links import rule_url
+from perflint.rules import docs_url
 from perflint.server.checker import (
     Checker,
     Doc,
@@ -266,7 +266,7 @@ class PerflintServer(LanguageServer):
             range=self.to_range(lines, d.location.row, d.location.column, d.end_location.row, d.end_location.column),
             severity=_SEVERITY.get(d.severity, lsp.DiagnosticSeverity.Warning),
             code=d.code,
-            code_description=lsp.CodeDescription(href=rule_url(d.code)),
+            code_description=lsp.CodeDescription(href=docs_url(d.code)),
             source=SOURCE,
             message=d.message,
             tags=TAGS.get(d.code),
