@@ -330,3 +330,45 @@ async def test_initialization_options_allow_unsafe_fixes(client_with_options: La
     if fix.edit is None:
         fix = await client.code_action_resolve_async(fix)
     assert "fused=True" in apply_edits(TRAIN, edits_of(fix.edit, uri))
+
+
+BROKEN_RULE = '''\
+"""Loaded by Python at start-up (sitecustomize): PF201's check raises, as a bug would."""
+from perflint.rules import all_rules
+
+
+def _boom(self, facts):
+    raise RuntimeError("boom")
+
+
+all_rules()["PF201"].check = _boom
+'''
+
+
+@pytest.fixture
+def broken_env(tmp_path_factory):
+    site = tmp_path_factory.mktemp("site")
+    (site / "sitecustomize.py").write_text(BROKEN_RULE)
+    return {**ENV, "PYTHONPATH": os.pathsep.join([str(site), ENV["PYTHONPATH"]])}
+
+
+async def test_a_crashing_rule_is_logged_and_the_others_report(broken_env, tmp_path):
+    client = await ClientServerConfig(server_command=CONFIG.server_command, server_env=broken_env).start()
+    try:
+        (tmp_path / "pyproject.toml").write_text(PYPROJECT)
+        _accept_registrations(client)
+        await client.initialize_session(_init_params(tmp_path))
+        uri = open_doc(client, tmp_path / "train.py", TRAIN)
+        diags = await wait_diagnostics(client, uri)
+        assert _codes(diags) == EXPECTED - {"PF201"}
+        logged = [m.message for m in client.log_messages if m.type == lsp.MessageType.Error]
+        assert any("rule PF201 failed" in m and "boom" in m for m in logged), logged
+        # Logged once, not on every edit.
+        change_doc(client, uri, TRAIN + "\n", 2)
+        await asyncio.wait_for(client.wait_for_notification(PUBLISH), 20)
+        logged = [m.message for m in client.log_messages if "rule PF201 failed" in m.message]
+        assert len(logged) == 1
+        await client.shutdown_session()
+        assert client._server.returncode == 0
+    finally:
+        await client.stop()

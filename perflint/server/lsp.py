@@ -75,6 +75,7 @@ class PerflintServer(LanguageServer):
         # Open documents by the URI the client gave (the keys of everything published).
         self.open_files: dict[str, None] = {}
         self.open_notebooks: dict[str, None] = {}
+        self.logged: set[str] = set()
 
     # -- logging -------------------------------------------------------------------------
     def log_error(self, message: str) -> None:
@@ -185,7 +186,12 @@ class PerflintServer(LanguageServer):
                 return None  # edited meanwhile: the check of the newer text is scheduled
             self.reports[key] = report
             for err in report.errors:
-                self.log_error(f"perflint: {err.one_line()}")
+                line = f"perflint: {err.one_line()}"
+                if line not in self.logged:  # once, not on every keystroke
+                    if len(self.logged) > 1000:
+                        self.logged.clear()
+                    self.logged.add(line)
+                    self.log_error(line)
             self.publish(report)
             self.recheck_paths(report.recheck)
             if not doc.is_notebook:
