@@ -200,6 +200,27 @@ async def test_diagnostics_update_fix_and_hover(client: LanguageClient, tmp_path
     assert nothing is None
 
 
+async def test_a_burst_of_changes_is_checked_once_at_its_end(client: LanguageClient, tmp_path):
+    uri = open_doc(client, tmp_path / "train.py", TRAIN)
+    await wait_diagnostics(client, uri)
+    published = []
+    handler = client.protocol.fm.features[PUBLISH]
+
+    def counting(params):
+        published.append(params.version)
+        return handler(params)
+
+    client.protocol.fm.features[PUBLISH] = counting
+    # Typing `.detach()` over `.item()`, one change at a time, faster than the debounce.
+    for version, typed in enumerate([".", ".d", ".de", ".det", ".deta", ".detac", ".detach"], start=2):
+        change_doc(client, uri, TRAIN.replace("loss.item()", "loss" + typed, 1), version)
+    change_doc(client, uri, TRAIN.replace("loss.item()", "loss.detach()", 1), 9)
+    await wait_diagnostics(client, uri, lambda d: "PF201" not in _codes(d))
+    await asyncio.sleep(0.5)  # anything still to come would be a stale version
+    assert published[-1] == 9 and len(published) <= 2, published
+    assert _codes(client.diagnostics[uri]) == EXPECTED - {"PF201"}
+
+
 async def test_fix_all_applies_safe_fixes_only(client: LanguageClient, tmp_path):
     uri = open_doc(client, tmp_path / "my train.py", TRAIN)  # a name the URI must quote
     assert "%20" in uri

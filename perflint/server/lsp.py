@@ -69,6 +69,7 @@ class PerflintServer(LanguageServer):
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="perflint-check")
         self.pending: dict[str, asyncio.TimerHandle] = {}
         self.refreshing: dict[str, asyncio.TimerHandle] = {}
+        self.last_change: dict[str, float] = {}
         self.tasks: set[asyncio.Task] = set()
         self.reports: dict[str, Report] = {}  # by document key (a file's or a notebook's URI)
         self.published_cells: dict[str, set[str]] = {}
@@ -150,6 +151,17 @@ class PerflintServer(LanguageServer):
                 old.cancel()
         loop = asyncio.get_running_loop()
         self.pending[key] = loop.call_later(delay, self._start, key, self.check_and_publish)
+
+    def changed(self, key: str) -> None:
+        """Debounce edits: a change that follows the previous one within `debounce` waits
+        until `debounce` passes without another (a burst is checked once, at its end); a
+        change after a pause is checked at once."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        previous = self.last_change.get(key)
+        self.last_change[key] = now
+        burst = previous is not None and now - previous < self.debounce
+        self.schedule(key, self.debounce if burst or key in self.pending else 0)
 
     def schedule_refresh(self, key: str) -> None:
         old = self.refreshing.pop(key, None)
@@ -559,7 +571,7 @@ def create_server() -> PerflintServer:
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: PerflintServer, params: lsp.DidChangeTextDocumentParams) -> None:
-        ls.schedule(params.text_document.uri, ls.debounce)
+        ls.changed(params.text_document.uri)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
     async def did_save(ls: PerflintServer, params: lsp.DidSaveTextDocumentParams) -> None:
@@ -574,6 +586,7 @@ def create_server() -> PerflintServer:
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     async def did_close(ls: PerflintServer, params: lsp.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
+        ls.last_change.pop(uri, None)
         for timers in (ls.pending, ls.refreshing):
             handle = timers.pop(uri, None)
             if handle is not None:
@@ -592,7 +605,7 @@ def create_server() -> PerflintServer:
 
     @server.feature(lsp.NOTEBOOK_DOCUMENT_DID_CHANGE)
     def nb_change(ls: PerflintServer, params: lsp.DidChangeNotebookDocumentParams) -> None:
-        ls.schedule(params.notebook_document.uri, ls.debounce)
+        ls.changed(params.notebook_document.uri)
 
     @server.feature(lsp.NOTEBOOK_DOCUMENT_DID_SAVE)
     def nb_save(ls: PerflintServer, params: lsp.DidSaveNotebookDocumentParams) -> None:
@@ -602,6 +615,7 @@ def create_server() -> PerflintServer:
     def nb_close(ls: PerflintServer, params: lsp.DidCloseNotebookDocumentParams) -> None:
         key = params.notebook_document.uri
         ls.open_notebooks.pop(key, None)
+        ls.last_change.pop(key, None)
         handle = ls.pending.pop(key, None)
         if handle is not None:
             handle.cancel()
