@@ -8,8 +8,12 @@ and an evaluation module appended to it) in a temporary project, then
 
 * latency: `--latency-edits` edits, one at a time (an incremental `didChange` that types
   or deletes a character inside the training loop); the time from sending the change to
-  receiving `publishDiagnostics` for that document version, debounce included (the server's
-  default, 50 ms).  Three edits before them warm the server up and are not counted.
+  receiving `publishDiagnostics` for that document version (each edit follows the previous
+  one's diagnostics, so the server's debounce lets it through at once, as a keystroke after
+  a pause).  Three edits before them warm the server up and are not counted.  The server's
+  CPU time per edit (user + system, from /proc) is what the machine's load cannot inflate.
+* code actions: a quick fix and "fix all safe fixes", each asked for and resolved five
+  times (the first renders the edit; later ones come from the server's per-version cache).
 * memory: `--edits` more edits, each waited for; the resident set size of the server
   process (VmRSS) after the warm-up and every tenth of the way.
 
