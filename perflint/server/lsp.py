@@ -41,7 +41,7 @@ log = logging.getLogger("perflint.server")
 SOURCE = "perflint"
 FIX_ALL_KIND = "source.fixAll.perflint"
 DEBOUNCE_S = 0.03  # wait this long after a change for the next one before checking
-REFRESH_S = 0.3  # and this long after an edited file's check before updating its project
+REFRESH_S = 0.5  # and this long after an edited file's check before updating its project
 _SEVERITY = {Severity.ERROR: lsp.DiagnosticSeverity.Error, Severity.WARNING: lsp.DiagnosticSeverity.Warning,
              Severity.INFO: lsp.DiagnosticSeverity.Information}
 # Rules whose findings are best shown with a diagnostic tag.
