@@ -153,9 +153,14 @@ async def test_diagnostics_update_fix_and_hover(client: LanguageClient, tmp_path
     assert item.code_description.href.endswith("#pf201")
     assert list(next(d for d in diags if d.code == "PF402").tags) == [lsp.DiagnosticTag.Deprecated]
 
-    # An edit that removes the `.item()` call: PF201 goes, the rest stays.
+    # An incremental edit that turns `.item()` into `.detach()`: PF201 goes, the rest stays.
     edited = TRAIN.replace("total += loss.item()", "total += loss.detach()")
-    change_doc(client, uri, edited, 2)
+    col = TRAIN.splitlines()[19].index("item")
+    client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+        text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[lsp.TextDocumentContentChangePartial(
+            range=lsp.Range(start=lsp.Position(line=19, character=col), end=lsp.Position(line=19, character=col + 4)),
+            text="detach")]))
     diags = await wait_diagnostics(client, uri, lambda d: "PF201" not in _codes(d))
     assert _codes(diags) == EXPECTED - {"PF201"}
 
@@ -219,6 +224,17 @@ async def test_a_burst_of_changes_is_checked_once_at_its_end(client: LanguageCli
     await asyncio.sleep(0.5)  # anything still to come would be a stale version
     assert published[-1] == 9 and len(published) <= 2, published
     assert _codes(client.diagnostics[uri]) == EXPECTED - {"PF201"}
+
+
+async def test_columns_are_in_the_clients_units(client: LanguageClient, tmp_path):
+    """LSP counts UTF-16 code units by default: an emoji before a finding counts 2."""
+    line = '        tag = "🚀"; x = x.to(device)'
+    uri = open_doc(client, tmp_path / "train.py", TRAIN.replace("        x = x.to(device)", line))
+    diags = await wait_diagnostics(client, uri)
+    pf105 = next(d for d in diags if d.code == "PF105")
+    at = line.index("to(device)")  # in characters; the emoji takes one, UTF-16 counts two
+    assert pf105.range.start == lsp.Position(line=12, character=at + 1)
+    assert pf105.range.end == lsp.Position(line=12, character=at + 3)
 
 
 async def test_fix_all_applies_safe_fixes_only(client: LanguageClient, tmp_path):
