@@ -294,13 +294,13 @@ class PerflintServer(LanguageServer):
     def lsp_diagnostics(self, report: Report, cell: int | None) -> list[lsp.Diagnostic]:
         lines = _lines(self.text_of(report, cell))
         if report.config_error is not None:
-            if cell not in (None, 1):
+            if cell != _top_cell(report):
                 return []
             return [lsp.Diagnostic(range=lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0)),
                                    severity=lsp.DiagnosticSeverity.Error, code="config-error", source=SOURCE,
                                    message=f"perflint: configuration error: {report.config_error}")]
         out = []
-        if report.file_error is not None and cell in (None, 1):
+        if report.file_error is not None and cell == _top_cell(report):
             out.append(lsp.Diagnostic(range=lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0)),
                                       severity=lsp.DiagnosticSeverity.Error, code=report.file_error.kind.value,
                                       source=SOURCE, message=f"perflint: {report.file_error.message}"))
@@ -500,6 +500,15 @@ class PerflintServer(LanguageServer):
         await self.run(self.checker.reload, None)
         self.log_info("perflint: configuration reloaded")
         self.recheck_all()
+
+
+def _top_cell(report: Report) -> int | None:
+    """Where a problem with the whole document is shown: a file's top, a notebook's first
+    code cell."""
+    cells = report.doc.cells
+    if cells is None:
+        return None
+    return next((i for i, (kind, _) in enumerate(cells, start=1) if kind == "code"), 1)
 
 
 def _row_col(text: str, offset: int) -> tuple[int, int]:
