@@ -150,7 +150,9 @@ async def test_diagnostics_update_fix_and_hover(client: LanguageClient, tmp_path
     item = next(d for d in diags if d.code == "PF201")
     assert item.range.start == lsp.Position(line=19, character=22)
     assert item.severity == lsp.DiagnosticSeverity.Warning and item.source == "perflint"
-    assert item.code_description.href.endswith("#pf201")
+    from perflint.rules import docs_url
+
+    assert item.code_description.href == docs_url("PF201") and item.code_description.href.endswith("#pf201")
     assert list(next(d for d in diags if d.code == "PF402").tags) == [lsp.DiagnosticTag.Deprecated]
 
     # An incremental edit that turns `.item()` into `.detach()`: PF201 goes, the rest stays.
