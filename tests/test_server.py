@@ -315,6 +315,11 @@ async def test_edit_rechecks_open_dependents(client: LanguageClient, tmp_path):
     assert "called from train.py" in next(d for d in diags if d.code == "PF201").message
     change_doc(client, t_uri, loop.replace("        accuracy(model(x), y)\n", ""), 2)
     await wait_diagnostics(client, m_uri, lambda d: "PF201" not in _codes(d))
+    # Closing train.py without saving: the project sees the file on disk again, whose loop
+    # still calls the helper; train.py's own diagnostics are cleared.
+    client.text_document_did_close(lsp.DidCloseTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri=t_uri)))
+    await wait_diagnostics(client, t_uri, lambda d: len(d) == 0)
+    await wait_diagnostics(client, m_uri, lambda d: "PF201" in _codes(d))
 
 
 async def test_notebook_cells_get_their_own_diagnostics(client: LanguageClient, tmp_path):
