@@ -416,3 +416,21 @@ async def test_a_crashing_rule_is_logged_and_the_others_report(broken_env, tmp_p
         assert client._server.returncode == 0
     finally:
         await client.stop()
+
+
+async def test_a_module_changed_on_disk_rechecks_its_importers(client: LanguageClient, tmp_path):
+    """train.py iterates what `data.make_loader` returns: a DataLoader, so its copies to the
+    GPU are batch copies (PF105).  data.py is not open; when it changes on disk to return a
+    list, the watcher's event re-checks train.py."""
+    (tmp_path / "data.py").write_text("from torch.utils.data import DataLoader\n\n\ndef make_loader(ds):\n"
+                                      "    return DataLoader(ds, batch_size=4, num_workers=4, pin_memory=True)\n")
+    train = ('import torch\nfrom data import make_loader\n\ndevice = torch.device("cuda")\n'
+             "model = torch.nn.Linear(4, 1).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+             "for x in make_loader(list(range(8))):\n    x = x.to(device)\n    loss = model(x).sum()\n"
+             "    loss.backward()\n    opt.step()\n")
+    uri = open_doc(client, tmp_path / "train.py", train)
+    await wait_diagnostics(client, uri, lambda d: "PF105" in _codes(d))
+    (tmp_path / "data.py").write_text("def make_loader(ds):\n    return list(ds)\n")
+    client.workspace_did_change_watched_files(lsp.DidChangeWatchedFilesParams(changes=[
+        lsp.FileEvent(uri=(tmp_path / "data.py").as_uri(), type=lsp.FileChangeType.Changed)]))
+    await wait_diagnostics(client, uri, lambda d: "PF105" not in _codes(d))
