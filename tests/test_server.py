@@ -348,6 +348,19 @@ async def test_notebook_cells_get_their_own_diagnostics(client: LanguageClient, 
                 changes=[lsp.TextDocumentContentChangeWholeDocument(
                     text="loader = DataLoader(list(range(10)), batch_size=2, num_workers=2)\n")])]))))
     await wait_diagnostics(client, cell_uris[2], lambda d: "PF101" not in _codes(d))
+    client.diagnostics[cell_uris[2]] = None  # so that the clearing below is seen arriving
+    # The finding back, then the notebook closed: its cells' diagnostics are cleared.
+    client.notebook_document_did_change(lsp.DidChangeNotebookDocumentParams(
+        notebook_document=lsp.VersionedNotebookDocumentIdentifier(uri=nb_uri, version=3),
+        change=lsp.NotebookDocumentChangeEvent(cells=lsp.NotebookDocumentCellChanges(text_content=[
+            lsp.NotebookDocumentCellContentChanges(
+                document=lsp.VersionedTextDocumentIdentifier(uri=cell_uris[2], version=3),
+                changes=[lsp.TextDocumentContentChangeWholeDocument(text=cells[2])])]))))
+    await wait_diagnostics(client, cell_uris[2], lambda d: d is not None and "PF101" in _codes(d))
+    client.notebook_document_did_close(lsp.DidCloseNotebookDocumentParams(
+        notebook_document=lsp.NotebookDocumentIdentifier(uri=nb_uri),
+        cell_text_documents=[lsp.TextDocumentIdentifier(uri=u) for u in cell_uris]))
+    await wait_diagnostics(client, cell_uris[2], lambda d: d is not None and len(d) == 0)
 
 
 @pytest_lsp.fixture(config=CONFIG)

@@ -621,16 +621,18 @@ def create_server() -> PerflintServer:
         ls.schedule(params.notebook_document.uri, 0)
 
     @server.feature(lsp.NOTEBOOK_DOCUMENT_DID_CLOSE)
-    def nb_close(ls: PerflintServer, params: lsp.DidCloseNotebookDocumentParams) -> None:
+    async def nb_close(ls: PerflintServer, params: lsp.DidCloseNotebookDocumentParams) -> None:
         key = params.notebook_document.uri
         ls.open_notebooks.pop(key, None)
         ls.last_change.pop(key, None)
         handle = ls.pending.pop(key, None)
         if handle is not None:
             handle.cancel()
-        ls.reports.pop(key, None)
+        report = ls.reports.pop(key, None)
         for uri in ls.published_cells.pop(key, set()) | {c.uri for c in params.cell_text_documents}:
             ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+        if report is not None:
+            await ls.run(ls.checker.close, report.doc)
 
     @server.feature(lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES)
     async def watched(ls: PerflintServer, params: lsp.DidChangeWatchedFilesParams) -> None:
