@@ -254,6 +254,10 @@ async def test_fix_all_applies_safe_fixes_only(client: LanguageClient, tmp_path)
     fixed = apply_edits(TRAIN, edits_of(action.edit, uri))
     assert 'torch.amp.GradScaler("cuda")' in fixed
     assert "fused=True" not in fixed and "pin_memory" not in fixed  # unsafe: not applied
+    # Saving checks the document again.
+    client.diagnostics.pop(uri)
+    client.text_document_did_save(lsp.DidSaveTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri=uri)))
+    assert _codes(await wait_diagnostics(client, uri)) == EXPECTED
 
 
 async def test_pyproject_change_reselects_rules(client: LanguageClient, tmp_path):
