@@ -490,6 +490,9 @@ class PerflintServer(LanguageServer):
         overrides, problems = parse_client_settings(raw)
         for p in problems:
             self.show(f"perflint: {p}")
+        for nest in ("settings", "perflint"):
+            if isinstance(raw, dict) and isinstance(raw.get(nest), dict):
+                raw = raw[nest]
         if isinstance(raw, dict):
             ms = raw.get("debounceMs", raw.get("debounce-ms"))
             if isinstance(ms, (int, float)) and not isinstance(ms, bool) and 0 <= ms <= 10_000:
