@@ -527,5 +527,14 @@ def verify(script, fixed, unsafe_fixes, steps, warmup, repeats, timeout, loss_to
     sys.exit(code)
 
 
+@main.command()
+def server():
+    """Run the language server on stdin/stdout, for editors (needs the `server` extra:
+    pip install "torch-perflint[server]").  Settings come from pyproject.toml as for `check`."""
+    from perflint.server import main as server_main
+
+    sys.exit(server_main())
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
