@@ -26,6 +26,7 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, DevicesMixin, FileWideMixin, L
         self.step_callers: dict[cst.FunctionDef, tuple[str, int, str]] = {}
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
         self.order: dict[cst.CSTNode, int] = {}
+        self._preorder: list[cst.CSTNode] = []
         self.index: dict[type, list[cst.CSTNode]] = {t: [] for t in _INDEXED}
         self.imports = ImportTable()
         # scope → name → bindings
@@ -45,9 +46,11 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, DevicesMixin, FileWideMixin, L
         indexed = set(_INDEXED)
         stack: list[cst.CSTNode] = [self.module]
         counter = 0
+        preorder = self._preorder
         while stack:
             node = stack.pop()
             order[node] = counter
+            preorder.append(node)
             counter += 1
             cls = type(node)
             if cls in indexed:

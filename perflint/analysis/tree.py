@@ -4,6 +4,8 @@ navigation every analysis uses (ancestors, scopes, statements, blocks)."""
 from __future__ import annotations
 
 import dataclasses
+from bisect import bisect_left, bisect_right
+from functools import cached_property
 from typing import Iterator
 
 import libcst as cst
@@ -135,11 +137,55 @@ class TreeMixin:
         return [n for n in self.nodes_within(scope, cst.Name)  # type: ignore[misc]
                 if n.value == name and self.order.get(n, -1) > after]
 
+    @cached_property
+    def _subtree_end(self) -> dict[cst.CSTNode, int]:
+        """The walk's order is a preorder: a node's subtree is the contiguous order range
+        [order[node], end[node]]."""
+        end: dict[cst.CSTNode, int] = {}
+        parents = self.parents
+        preorder = self._preorder  # type: ignore[attr-defined]
+        for o in range(len(preorder) - 1, -1, -1):
+            node = preorder[o]
+            e = end.setdefault(node, o)
+            p = parents.get(node)
+            if p is not None and end.get(p, -1) < e:
+                end[p] = e
+        return end
+
+    def _range(self, container: cst.CSTNode) -> tuple[int, int] | None:
+        lo = self.order.get(container)
+        if lo is None:
+            return None
+        return lo, self._subtree_end.get(container, lo)
+
     def is_inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
-        return node is container or any(a is container for a in self.ancestors(node))
+        if node is container:
+            return True
+        rng = self._range(container)
+        o = self.order.get(node)
+        if rng is not None and o is not None:
+            return rng[0] <= o <= rng[1]
+        return any(a is container for a in self.ancestors(node))
+
+    def _index_orders(self, cls: type) -> list[int]:
+        memo = self.__dict__.setdefault("_index_order_memo", {})
+        got = memo.get(cls)
+        if got is None or len(got) != len(self.index[cls]):
+            got = [self.order.get(n, -1) for n in self.index[cls]]
+            if any(a >= b for a, b in zip(got, got[1:])):
+                got = []  # not in walk order: callers fall back to ancestor walks
+            memo[cls] = got
+        return got
 
     def nodes_within(self, container: cst.CSTNode, cls: type) -> list[cst.CSTNode]:
-        return [n for n in self.index[cls] if self.is_inside(n, container)]
+        rng = self._range(container)
+        nodes = self.index[cls]
+        if rng is None:
+            return [n for n in nodes if self.is_inside(n, container)]
+        orders = self._index_orders(cls)
+        if len(orders) != len(nodes):
+            return [n for n in nodes if self.is_inside(n, container)]
+        return nodes[bisect_left(orders, rng[0]):bisect_right(orders, rng[1])]
 
     def calls(self) -> list[cst.Call]:
         return self.index[cst.Call]  # type: ignore[return-value]
@@ -153,8 +199,7 @@ class TreeMixin:
 
     def calls_within(self, container: cst.CSTNode) -> list[cst.Call]:
         """Every call under `container`, nested defs included, in source order."""
-        lo = self.order.get(container, 0)
-        return [c for c in self.index[cst.Call] if self.order.get(c, -1) > lo and self.is_inside(c, container)]
+        return [c for c in self.nodes_within(container, cst.Call) if c is not container]  # type: ignore[misc]
 
     def receiver_text(self, expr: cst.BaseExpression | None) -> str | None:
         """`self.scaler` → "self.scaler"; used to match the same object across calls."""

@@ -389,7 +389,10 @@ def insert_setting(facts: Facts, code_line: str, tn: str) -> dict | None:
 def is_training_file(facts: Facts) -> bool:
     if facts.training_loops():
         return True
-    return any(facts.step_function_kind(fn) == "train" for fn in facts.index[cst.FunctionDef])
+    # A helper called once per step from another file's loop is per-step code, but its file
+    # is not a training file: file-wide settings belong in the file that trains.
+    return any(facts.step_function_kind(fn) == "train" and fn not in facts.step_callers
+               for fn in facts.index[cst.FunctionDef])
 
 
 _FRAMEWORK_ROOTS = {
