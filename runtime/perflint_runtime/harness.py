@@ -47,6 +47,9 @@ class RunResult:
     device_name: str = ""
     torch_version: str = ""
     torch_threads: int = 0
+    # per measured step, seconds in each phase (`perflint_runtime.phases.PHASES`); empty if unknown
+    phase_times_s: dict[str, list[float]] = field(default_factory=dict)
+    host_syncs: list[int] | None = None  # per measured step, on CUDA only
     stderr_tail: list[str] = field(default_factory=list)
 
     @property
@@ -125,7 +128,10 @@ def _measurements(data: dict | None) -> dict:
         return {}
     keys = ("steps_done", "step_times_s", "losses", "batch_size", "peak_memory_bytes", "memory_kind", "device",
             "device_name", "torch_version", "torch_threads")
-    return {k: data[k] for k in keys}
+    out = {k: data[k] for k in keys}
+    out["phase_times_s"] = data.get("phase_times_s") or {}
+    out["host_syncs"] = data.get("host_syncs")
+    return out
 
 
 def _child_env() -> dict[str, str]:
