@@ -288,7 +288,7 @@ PHASE_LABELS = {
     "compute": "forward + backward",
     "optimizer": "optimizer step",
     "other": "other host time",
-    "device": "waiting for the GPU at step end",
+    "device": "GPU wait at step end",
 }
 SHARE_WORDS = {
     "data": "waits for data",
@@ -563,6 +563,8 @@ def main(script: str, fixed: str | None, unsafe_fixes: bool, steps: int, warmup:
     from rich.console import Console
 
     console = Console(highlight=False, soft_wrap=True, emoji=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 120)  # piped or captured: keep the table's rows on one line
     err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
     settings = MeasureSettings(steps, warmup, repeats, timeout, loss_tolerance, max_time=max_time, precision=precision)
     command = verify_command(script, fixed, unsafe_fixes, settings, json_out, script_args, target_torch)
