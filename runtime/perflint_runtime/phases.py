@@ -104,6 +104,7 @@ class SyncCounter:
         self.script_mode = 0
         self._main = threading.get_ident()
         self._previous_show = None
+        self._hook = self._show  # one bound method, so that `is` recognises it
 
     # -- the switch ----------------------------------------------------------------
     def start(self) -> None:
@@ -120,9 +121,9 @@ class SyncCounter:
         first = warnings.filters[0] if warnings.filters else None
         if not (first and first[0] == "always" and first[1] is not None and first[1].pattern == _SYNC_PATTERN):
             warnings.filterwarnings("always", message=_SYNC_PATTERN, category=UserWarning)
-        if warnings.showwarning is not self._show:
+        if warnings.showwarning is not self._hook:
             self._previous_show = warnings.showwarning
-            warnings.showwarning = self._show
+            warnings.showwarning = self._hook
 
     # -- what the script does ------------------------------------------------------
     def note_explicit(self) -> None:
