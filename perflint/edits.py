@@ -30,6 +30,11 @@ def _comma_like(call: cst.Call) -> cst.Comma:
     may start `f(a, b,` and go on one argument per line)."""
     for arg in reversed(call.args[:-1]):
         if isinstance(arg.comma, cst.Comma):
+            ws = arg.comma.whitespace_after
+            if isinstance(ws, cst.ParenthesizedWhitespace) and (ws.first_line.comment is not None or ws.empty_lines):
+                # Another argument's comment (or blank lines) is not copied.
+                return arg.comma.with_changes(whitespace_after=ws.with_changes(
+                    first_line=cst.TrailingWhitespace(), empty_lines=[]))
             return arg.comma
     if isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
         return cst.Comma(whitespace_after=call.whitespace_before_args)
@@ -51,8 +56,16 @@ def add_arg(call: cst.Call, arg: cst.Arg) -> cst.Call:
             if isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace)
             else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
         )
+        old_comma = last.comma
+        ws = old_comma.whitespace_after
+        if (isinstance(ws, cst.ParenthesizedWhitespace) and ws.first_line.comment is not None
+                and isinstance(sep.whitespace_after, cst.ParenthesizedWhitespace)):
+            # `x=0,  # note` stays on its own line: the comment keeps its argument.
+            sep = sep.with_changes(whitespace_after=sep.whitespace_after.with_changes(first_line=ws.first_line))
+            old_comma = old_comma.with_changes(whitespace_after=ws.with_changes(
+                first_line=cst.TrailingWhitespace()))
         args[-1] = last.with_changes(comma=sep)
-        args.append(arg.with_changes(comma=last.comma))
+        args.append(arg.with_changes(comma=old_comma))
     else:
         sep = _comma_like(call) if len(args) > 1 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
         closing = last.whitespace_after_arg

@@ -164,8 +164,13 @@ class ProjectPhase:
 
     def __init__(self, keys: list[str], raws: dict[str, bytes], shas: dict[str, str], given: list[str],
                  use_cache: bool, options_of: dict) -> None:
+        from perflint import engine
         from perflint.cache import cache_dir
 
+        # The first lints (phase 1) run without a project: an index left from an earlier run
+        # in this process would answer their questions from stale summaries, and a stale
+        # answer that no longer holds would never be re-asked.
+        engine.PROJECTS.clear()
         self.keys = keys
         self.raws = raws
         self.shas = shas

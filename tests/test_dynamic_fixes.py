@@ -289,6 +289,112 @@ result = (correct, graphs)
     assert all(b[1]) and not any(a[1])
 
 
+PF101_TRAIN = textwrap.dedent("""
+    import json
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+
+    class Squares(Dataset):
+        def __init__(self, n):
+            self.n = n
+
+        def __len__(self):
+            return self.n
+
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(i)
+            x = torch.randn(8, generator=g)
+            return x, (x ** 2).sum(0, keepdim=True)
+
+
+    if __name__ == "__main__":
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        loader = DataLoader(Squares(96), batch_size=16, shuffle=True)
+        losses = []
+        for epoch in range(EPOCHS):
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+        print(json.dumps(losses))
+""")
+
+
+def _losses(tmp_path, code: str) -> list[float]:
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "train.py"
+    path.write_text(code)
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_pf101_workers_fix_keeps_the_loss_trajectory_of_a_seeded_map_style_dataset(tmp_path):
+    src = PF101_TRAIN.replace("for epoch in range(EPOCHS):\n", "if True:\n")  # the loader is read once
+    after = fixed(src, ["PF101"], unsafe=True)
+    assert "shuffle=True, num_workers=min(8, os.cpu_count() or 1))" in after
+    assert after.startswith("\nimport os\nimport json\n")
+    assert fixed(src, ["PF101"]) == src  # unsafe only
+    before = _losses(tmp_path, src)
+    assert len(before) == 6 and _losses(tmp_path, after) == before
+
+
+def test_pf101_persistent_workers_keep_the_first_epoch_and_reshuffle_later_ones_differently(tmp_path):
+    # A persistent worker pool keeps its iterator, so later epochs no longer draw a worker
+    # base seed from the global generator before shuffling: same samples, another order.
+    src = PF101_TRAIN.replace("EPOCHS", "2")
+    after = fixed(src, ["PF101"], unsafe=True)
+    assert "num_workers=min(8, os.cpu_count() or 1), persistent_workers=True)" in after
+    before, now = _losses(tmp_path, src), _losses(tmp_path, after)
+    assert now[:6] == before[:6] and now[6:] != before[6:]
+    without_persistence = after.replace(", persistent_workers=True", "")
+    assert _losses(tmp_path, without_persistence) == before
+
+
+def test_pf101_no_workers_fix_where_workers_would_change_the_data():
+    src = """
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        return iter(range(8))
+
+
+class Counting(Dataset):
+    def __init__(self):
+        self.seen = 0
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        self.seen += 1
+        return i
+
+
+a = DataLoader(Stream(), batch_size=4)
+b = DataLoader(Counting(), batch_size=4)
+c = DataLoader(Counting(), batch_size=4, collate_fn=lambda b: b)
+d = DataLoader(make_dataset(), batch_size=4)
+"""
+    assert findings(src, ["PF101"]) == ["PF101"] * 4
+    assert fixed(src, ["PF101"], unsafe=True) == textwrap.dedent(src)
+    # What the IterableDataset guard prevents: two workers each yield the whole stream.
+    ns = run(src.replace("d = DataLoader(make_dataset(), batch_size=4)", ""))
+    doubled = DataLoaderProbe = ns["DataLoader"](ns["Stream"](), batch_size=4, num_workers=2)
+    assert sorted(int(v) for batch in doubled for v in batch) == sorted(list(range(8)) * 2)
+
+
 def test_pf305_unscale_fix_clips_the_true_gradients():
     src = """
 import torch
@@ -327,6 +433,65 @@ def test_pf305_guard_a_second_unscale_raises():
     scaler.unscale_(opt)
     with pytest.raises(RuntimeError, match="unscale_\\(\\) has already been called"):
         scaler.unscale_(opt)
+
+
+def test_pf305_no_fix_under_gradient_accumulation_where_an_inserted_unscale_would_raise():
+    src = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu")
+x, y = torch.randn(16, 8), torch.randn(16, 1)
+loader = [(x, y)] * 4
+for i, (xb, yb) in enumerate(loader):
+    loss = ((model(xb) - yb) ** 2).mean() / 2
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if (i + 1) % 2 == 0:
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+result = [p.detach().clone() for p in model.parameters()]
+"""
+    assert findings(src, ["PF305"]) == ["PF305"]
+    assert fixed(src, ["PF305"], unsafe=True) == textwrap.dedent(src)
+    # What the guard prevents: the same insertion as in the plain case raises here.
+    inserted = textwrap.dedent(src).replace(
+        "    torch.nn.utils.clip_grad_norm_", "    scaler.unscale_(opt)\n    torch.nn.utils.clip_grad_norm_")
+    with pytest.raises(RuntimeError, match="unscale_\\(\\) has already been called"):
+        run(inserted)
+
+
+# -- PF102 on data placed on a device --------------------------------------------------------------
+
+
+def test_pf102_no_pin_memory_for_a_dataset_created_on_a_device_variable():
+    # "meta" stands in for a CUDA device on this CPU machine: like CUDA tensors, meta tensors
+    # cannot be pinned, and pinning is what the loader's pin-memory step does to each batch.
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    src = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+device = torch.device("cuda" if torch.cuda.is_available() else "meta")
+X = torch.randn(32, 4, device=device)
+Y = torch.zeros(32, device=device)
+loader = DataLoader(TensorDataset(X, Y), batch_size=8, num_workers=0)
+batch = next(iter(loader))
+"""
+    assert findings(src, ["PF102"]) == []
+    assert fixed(src, ["PF102"], unsafe=True) == textwrap.dedent(src)
+    batch = run(src)["batch"]
+    with pytest.raises(RuntimeError, match="cannot pin"):
+        pin_memory(batch)
+    # The same loader over host data gets the safe fix, and its batches are unchanged.
+    host = src.replace(", device=device)", ")").replace('"meta"', '"cpu"') + "\nx = X.sum()\n"
+    assert findings(host, ["PF102"]) == ["PF102"]
+    after = fixed(host, ["PF102"])
+    assert "pin_memory=True" in after
+    assert same(run(host)["batch"], run(after)["batch"])
 
 
 # -- PF402 -------------------------------------------------------------------------------------

@@ -42,6 +42,14 @@ def _add(src: str) -> str:
             "x = DataLoader(\n    ds,\n)\n",
             "x = DataLoader(\n    ds,\n    persistent_workers=True,\n)\n",
         ),
+        (   # comments stay on their own arguments and are not copied
+            "x = DataLoader(\n    ds,  # data\n    num_workers=4,  # cores\n)\n",
+            "x = DataLoader(\n    ds,  # data\n    num_workers=4,  # cores\n    persistent_workers=True,\n)\n",
+        ),
+        (
+            "x = DataLoader(\n    ds,  # data\n    num_workers=4\n)\n",
+            "x = DataLoader(\n    ds,  # data\n    num_workers=4,\n    persistent_workers=True\n)\n",
+        ),
     ],
 )
 def test_add_arg_keeps_the_layout(src, expected):

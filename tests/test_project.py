@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,43 @@ def test_loader_options_through_kwargs_and_argparse_defaults(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     r = run("check", "main.py", "--no-cache", "--output-format", "json", "--select", "PF101")
     assert findings(r) == [("main.py", 12, "PF101"), ("main.py", 13, "PF101")]
+
+
+def test_loaders_unpacked_from_a_factory_reach_the_parameters_of_the_step_function(tmp_path, monkeypatch):
+    data = """\
+        from torch.utils.data import DataLoader
+
+
+        def get_loaders(train_set, val_set):
+            train_loader = DataLoader(train_set, batch_size=8, num_workers=2, pin_memory=True, persistent_workers=True)
+            val_loader = DataLoader(val_set, batch_size=8, num_workers=2, pin_memory=True, persistent_workers=True)
+            return train_loader, val_loader
+        """
+    train = """\
+        import torch
+        from data import get_loaders
+
+
+        def fit(model, batches, opt):  # (a name with no "loader" in it: no hint from the name)
+            for x, y in batches:
+                x = x.cuda()
+                loss = torch.nn.functional.cross_entropy(model(x), y.cuda(non_blocking=True))
+                loss.backward()
+                opt.step()
+
+
+        def main(train_set, val_set):
+            model = torch.nn.Linear(8, 2).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            train_loader, val_loader = get_loaders(train_set, val_set)
+            fit(model, train_loader, opt)
+        """
+    write(tmp_path, {"pyproject.toml": "", "data.py": data, "train.py": train})
+    monkeypatch.chdir(tmp_path)
+    r = run("check", ".", "--no-cache", "--output-format", "json", "--select", "PF105")
+    assert findings(r) == [("train.py", 7, "PF105")]
+    # A tuple that mixes a loader with something else (its sampler) says nothing about either.
+    (tmp_path / "data.py").write_text(textwrap.dedent(data).replace("return train_loader, val_loader",
+                                                                      "return train_loader, train_set"))
+    r = run("check", ".", "--no-cache", "--output-format", "json", "--select", "PF105")
+    assert findings(r) == []

@@ -224,6 +224,8 @@ class CrossModuleMixin:
         for use in self.later_uses(node.value, scope, site_order):
             if self.order.get(use, 0) >= at_order:
                 break
+            if self.is_inside(use, bindings[0].site):
+                continue  # the binding's own target
             parent = self.parent(use)
             if isinstance(parent, cst.Attribute) and parent.value is use:
                 call = self.parent(parent)

@@ -304,7 +304,7 @@ class ProjectIndex:
                 if where is None or not where[1]:
                     continue
                 records.append((path, c, where))
-                calls_to.setdefault(where, []).append(c)
+                calls_to.setdefault(where, []).append((path, c))
                 if c.get("step"):
                     caller = self.summaries[path]
                     step_fns.setdefault(where, (path, c["line"], c["step"], bool(caller.get("accel")),
@@ -345,18 +345,33 @@ class ProjectIndex:
             self._index_calls()
         sites = self._calls_to.get(where) or []  # type: ignore[union-attr]
         agreed: set[str] | None = None
-        for c in sites:
+        for caller, c in sites:
             if c.get("splat"):
                 return frozenset()
             ks = None
+            key = None
             if name in c.get("kw", {}):
-                ks = set(c["kw"][name])
+                ks, key = set(c["kw"][name]), name
             elif index < len(c.get("args", ())):
-                ks = set(c["args"][index])
+                ks, key = set(c["args"][index]), str(index)
             if ks is None:
                 return frozenset()
+            via = c.get("via", {}).get(key)
+            if not ks and via is not None:
+                ks = set(self._via_kinds(caller, via))
             agreed = ks if agreed is None else agreed & ks
         return frozenset((agreed or set()) & PARAM_KINDS)
+
+    def _via_kinds(self, caller: str, via: list) -> frozenset[str]:
+        """Kinds of an argument bound to a call of a project function: its result kinds; an
+        element unpacked from the result keeps only "dataloader" (a function returning
+        nothing but loaders, see the summary)."""
+        ref, unpacked = via
+        w = self.resolve(caller, ref)
+        if w is None or not w[1] or (caller, ref) == w:
+            return frozenset()
+        got = self.result_kinds(w)
+        return got & {"dataloader"} if unpacked else got
 
     def constant(self, importer: str, ref: str):
         """The value of a project module's top-level literal constant; KeyError when unknown."""

@@ -29,7 +29,7 @@ from perflint.analysis.syntax import NOT_LITERAL, call_name, get_arg, has_splat,
 from perflint.analysis.vocab import DATALOADER, _OPTION_ROOTS
 from perflint.names import dotted
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 # Import roots that are never the project's own modules.
 LIBRARY_ROOTS = frozenset({
     "torch", "numpy", "np", "scipy", "torchvision", "torchaudio", "transformers", "accelerate", "timm", "os", "sys",
@@ -137,6 +137,7 @@ def _function_info(facts, fn: cst.FunctionDef) -> dict:
         if ret.value is None or facts.enclosing_function(ret) is not fn:
             continue
         returns |= set(facts.kinds(ret.value))
+        returns |= _all_loaders(facts, ret.value)
         returns |= facts.device_kinds(ret.value) & _DEVICE_KINDS if _looks_like_device(facts, ret.value) else set()
         value = ret.value
         if isinstance(value, cst.Name):
@@ -154,6 +155,18 @@ def _function_info(facts, fn: cst.FunctionDef) -> dict:
         info["loader"] = loader_options
     info.update(_body_info(facts, fn))
     return info
+
+
+def _all_loaders(facts, value: cst.BaseExpression) -> set[str]:
+    """{"dataloader"} for `return train_loader, val_loader` when every element is a
+    DataLoader (callers unpack it: `train_loader, val_loader = get_loaders(...)`); a tuple
+    mixing kinds (a loader and its sampler) says nothing."""
+    if not isinstance(value, (cst.Tuple, cst.List)) or not value.elements:
+        return set()
+    for el in value.elements:
+        if isinstance(el, cst.StarredElement) or "dataloader" not in facts.kinds(el.value):
+            return set()
+    return {"dataloader"}
 
 
 def _loader_options(facts, call: cst.Call) -> dict:
@@ -287,10 +300,36 @@ def _calls(facts, lines) -> list[dict]:
         rec["every"] = host is not None and facts.runs_on_every_call(call, host)
         rec["args"] = [_strong(facts.kinds(a.value), PARAM_KINDS) for a in call.args if a.keyword is None and not a.star]
         rec["kw"] = {a.keyword.value: _strong(facts.kinds(a.value), PARAM_KINDS) for a in call.args if a.keyword is not None}
+        # Arguments bound to a call of another module's function (`train_loader, val_loader =
+        # get_loaders(...)`): their kinds are known only once the project is indexed.
+        via = {}
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        for key, a in [*enumerate(positional), *((a.keyword.value, a) for a in call.args if a.keyword is not None)]:
+            got = _bound_to_project_call(facts, a.value)
+            if got is not None:
+                via[str(key)] = got
+        if via:
+            rec["via"] = via
         if has_splat(call):
             rec["splat"] = True
         out.append(rec)
     return out
+
+
+def _bound_to_project_call(facts, value: cst.BaseExpression) -> list | None:
+    """[reference, unpacked] when `value` is a name bound once to a call of a project
+    function of another module (`loader = get_loader(...)`; unpacked: `a, b = get_loaders()`)."""
+    if not isinstance(value, cst.Name):
+        return None
+    bs = facts.lookup(value.value, value)
+    if len(bs) != 1 or bs[0].how not in ("expr", "unpack") or not isinstance(bs[0].node, cst.Call):
+        return None
+    if bs[0].how == "unpack" and len(bs[0].index) != 1:
+        return None
+    ref = reference(facts, bs[0].node.func)
+    if ref is None or ref.startswith("#"):
+        return None
+    return [ref, bs[0].how == "unpack"]
 
 
 def summarise(facts, lines) -> dict:

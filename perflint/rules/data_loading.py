@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from perflint.diagnostics import Severity
-from perflint.edits import add_arg, make_kwarg, remove_arg, replace_arg_value
+from perflint.edits import add_arg, make_kwarg, parse_expr, parse_stmt, remove_arg, replace_arg_value
 from perflint.analysis import DATALOADER, NOT_LITERAL, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.names import dotted
 from perflint.rules import register
@@ -21,6 +21,24 @@ POS = {"dataset": 0, "num_workers": 5, "collate_fn": 6, "pin_memory": 7, "multip
 
 def loader_arg(call: cst.Call, name: str) -> cst.Arg | None:
     return get_arg(call, name, POS.get(name))
+
+
+def loader_options(facts: Facts, call: cst.Call) -> dict[str, cst.BaseExpression] | None:
+    """A DataLoader call's options by name (positional ones by their position, `**kw` expanded
+    where the dict is known); None when a `*args` or an unknown `**kw` hides some."""
+    if not has_splat(call):
+        out = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+    else:
+        if any(a.star == "*" for a in call.args):
+            return None
+        out = facts.call_keywords(call)
+        if out is None:
+            return None
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    for name, pos in POS.items():
+        if pos < len(positional):
+            out.setdefault(name, positional[pos].value)
+    return out
 
 
 def worker_count(facts: Facts, call: cst.Call) -> tuple[str, cst.Arg | None]:
@@ -60,18 +78,165 @@ def facts_literal_values(facts: Facts, node: cst.BaseExpression) -> list | None:
 
 
 def moves_to_device(facts: Facts, node: cst.CSTNode) -> bool:
+    """Whether code under `node` may place data on a device: `.cuda()`, `.pin_memory()`,
+    `.to(<not provably the CPU>)`, a `device=` argument that is not provably the CPU, or a
+    "cuda" string."""
     for n in iter_nodes(node):
         if isinstance(n, cst.Call):
             name = call_name(n)
             if name == "cuda" or name == "pin_memory":
                 return True
-            if name == "to" and n.args:
-                ks = facts.device_kinds(n.args[0].value)
-                if ks & {"device_cuda", "device_unknown", "device_other"}:
-                    return True
+            if name == "to" and _to_device_state(facts, n) != "none":
+                return True
+            dev = get_arg(n, "device")
+            if dev is not None and facts.device_kinds(dev.value) - {"device_cpu"}:
+                return True
         if isinstance(n, cst.SimpleString) and "cuda" in n.value:
             return True
     return False
+
+
+_DTYPES = {"float", "float32", "float64", "double", "half", "float16", "bfloat16", "int", "int8", "int16", "int32",
+           "int64", "long", "short", "uint8", "bool", "complex64", "complex128", "cfloat"}
+_SHAPE_FACTORIES = {"randn", "rand", "zeros", "ones", "empty", "full", "arange", "range", "linspace", "logspace",
+                    "randint", "randperm", "eye", "normal", "bernoulli", "multinomial"}
+_DATA_FACTORIES = {"tensor", "as_tensor", "Tensor", "FloatTensor", "LongTensor", "IntTensor", "DoubleTensor",
+                   "HalfTensor", "BoolTensor", "ByteTensor", "stack", "cat", "concat", "concatenate", "hstack",
+                   "vstack", "where", "clamp", "abs", "exp", "log", "sigmoid", "softmax", "log_softmax"}
+_SAME_DEVICE_METHODS = {"float", "double", "half", "bfloat16", "long", "int", "short", "bool", "byte", "char",
+                        "view", "reshape", "unsqueeze", "squeeze", "permute", "transpose", "contiguous", "clone",
+                        "detach", "flatten", "expand", "expand_as", "repeat", "narrow", "type_as", "view_as",
+                        "reshape_as", "t", "numpy", "tolist", "item", "split", "chunk", "unbind", "mean", "sum",
+                        "std", "abs", "clamp", "sqrt", "exp", "log", "sign", "round", "floor", "ceil", "astype",
+                        "copy", "squeeze_", "unsqueeze_", "mul", "add", "sub", "div", "normal_", "uniform_", "fill_",
+                        "zero_", "requires_grad_"}
+_HOST_BUILTINS = {"str", "int", "float", "bool", "len", "range", "open", "print", "repr", "format", "hash"}
+_COLLECTION_BUILTINS = {"list", "tuple", "sorted", "reversed", "set", "dict", "zip", "enumerate", "map", "filter"}
+_HOST_MODULES = ("numpy.", "os.", "pathlib.", "glob.", "json.", "csv.", "pickle.", "random.", "math.", "pandas.",
+                 "PIL.", "soundfile.", "librosa.", "scipy.", "h5py.", "torchvision.transforms.",
+                 "torchaudio.transforms.", "torchvision.io.", "torchaudio.load", "torch.from_numpy",
+                 "torch.load")
+
+
+def _to_device_state(facts: Facts, call: cst.Call) -> str:
+    """For `x.to(...)`: "none" (only dtypes or copy flags), "cpu" or "device" (maybe not the CPU)."""
+    state = "none"
+    for a in call.args:
+        kw = a.keyword.value if a.keyword is not None else None
+        if kw in ("non_blocking", "copy", "memory_format"):
+            continue
+        if kw == "dtype" or _is_dtype(facts, a.value):
+            continue
+        if a.star:
+            return "device"
+        if facts.device_kinds(a.value) == {"device_cpu"}:
+            state = "cpu" if state == "none" else state
+            continue
+        return "device"
+    return state
+
+
+def _is_dtype(facts: Facts, expr: cst.BaseExpression) -> bool:
+    q = facts.qualname(expr) or ""
+    return q.startswith("torch.") and q.rsplit(".", 1)[-1] in _DTYPES and q.count(".") == 1
+
+
+def _default_device_changed(facts: Facts) -> bool:
+    """The file moves tensor creation off the CPU by default (`torch.set_default_device`, a
+    CUDA default tensor type, or `with torch.device(...)`)."""
+    if facts.calls_to("torch.set_default_device", "torch.set_default_tensor_type"):
+        return True
+    return any(isinstance(facts.parent(c), cst.WithItem) for c in facts.calls_to("torch.device"))
+
+
+def _combine(states) -> str:
+    states = list(states)
+    if "device" in states:
+        return "device"
+    if "unknown" in states:
+        return "unknown"
+    return "cpu"
+
+
+def host_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -> str:
+    """Where a value handed to a dataset lives: "cpu" (provably host data: literals, option
+    values, numpy arrays, CPU tensors), "device" (maybe placed on a device) or "unknown"."""
+    if expr is None or depth > 6:
+        return "unknown"
+    if literal_value(expr) is not NOT_LITERAL:
+        if isinstance(expr, cst.SimpleString) and "cuda" in expr.value:
+            return "device"
+        return "cpu"
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
+        return "cpu"
+    if isinstance(expr, cst.Name):
+        bs = facts.lookup(expr.value, expr)
+        if not bs or any(b.how != "expr" for b in bs):
+            return "unknown"
+        return _combine(host_origin(facts, b.node, depth + 1) for b in bs)
+    if isinstance(expr, cst.Attribute):
+        if _is_dtype(facts, expr):
+            return "cpu"
+        base = expr.value
+        if isinstance(base, cst.Name):
+            bs = facts.lookup(base.value, base)
+            if len(bs) == 1 and bs[0].how == "expr" and isinstance(bs[0].node, cst.Call) \
+                    and call_name(bs[0].node) in ("parse_args", "parse_known_args"):
+                return "cpu"  # an argparse option: a string, a number or a flag
+        return "unknown"
+    if isinstance(expr, cst.Subscript):
+        return host_origin(facts, expr.value, depth + 1)
+    if isinstance(expr, cst.BinaryOperation):
+        return _combine([host_origin(facts, expr.left, depth + 1), host_origin(facts, expr.right, depth + 1)])
+    if isinstance(expr, cst.UnaryOperation):
+        return host_origin(facts, expr.expression, depth + 1)
+    if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+        return _combine(host_origin(facts, e.value, depth + 1) for e in expr.elements)
+    if isinstance(expr, cst.Dict):
+        return _combine(host_origin(facts, e.value, depth + 1) for e in expr.elements if isinstance(e, cst.DictElement))
+    if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+        return "device" if moves_to_device(facts, expr) else "unknown"
+    if isinstance(expr, cst.Call):
+        return _call_origin(facts, expr, depth)
+    return "unknown"
+
+
+def _call_origin(facts: Facts, call: cst.Call, depth: int) -> str:
+    q = facts.qualname(call.func) or ""
+    dev = get_arg(call, "device")
+    if q.startswith("torch.") and q.count(".") == 1:
+        fn = q[len("torch."):]
+        if dev is not None:
+            return "cpu" if facts.device_kinds(dev.value) == {"device_cpu"} else "device"
+        if fn in _SHAPE_FACTORIES:
+            return "unknown" if _default_device_changed(facts) else "cpu"
+        if fn.endswith("_like") or fn in _DATA_FACTORIES:
+            if not call.args:
+                return "unknown"
+            first = host_origin(facts, call.args[0].value, depth + 1)
+            if first == "cpu" and fn in ("tensor", "as_tensor", "Tensor") and _default_device_changed(facts):
+                return "unknown"
+            return first
+    if q.startswith(_HOST_MODULES) or q in _HOST_BUILTINS:
+        if any(moves_to_device(facts, a.value) for a in call.args):
+            return "device"
+        return "cpu"
+    if q in _COLLECTION_BUILTINS:
+        return _combine(host_origin(facts, a.value, depth + 1) for a in call.args) if call.args else "cpu"
+    if isinstance(call.func, cst.Attribute) and not q:
+        method = call.func.attr.value
+        if method == "cuda":
+            return "device"
+        if method in ("cpu", "pin_memory"):
+            return "cpu"
+        if method == "to":
+            state = _to_device_state(facts, call)
+            if state == "device":
+                return "device"
+            return "cpu" if state == "cpu" else host_origin(facts, call.func.value, depth + 1)
+        if method in _SAME_DEVICE_METHODS:
+            return host_origin(facts, call.func.value, depth + 1)
+    return "unknown"
 
 
 def _function_node(facts: Facts, expr: cst.BaseExpression) -> cst.CSTNode | None:
@@ -92,7 +257,7 @@ def _function_node(facts: Facts, expr: cst.BaseExpression) -> cst.CSTNode | None
 
 
 def dataset_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -> str:
-    """"cpu" (yields CPU data for sure), "device" (moves to a device itself) or "unknown"."""
+    """"cpu" (yields CPU data for sure), "device" (may place data on a device) or "unknown"."""
     if expr is None or depth > 5:
         return "unknown"
     if isinstance(expr, cst.Name):
@@ -107,15 +272,27 @@ def dataset_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0
         return "unknown"
     if isinstance(expr, cst.Call):
         q = facts.qualname(expr.func) or ""
+        args = _combine(host_origin(facts, a.value) for a in expr.args)
         if q == "torch.utils.data.TensorDataset":
-            return "device" if any(moves_to_device(facts, a.value) for a in expr.args) else "cpu"
+            return args
         if q.startswith(("torchvision.datasets.", "torchaudio.datasets.")):
-            return "cpu"
+            # The dataset reads files on the host; only its arguments (a transform that
+            # moves samples, say) can put data elsewhere.
+            return "device" if any(moves_to_device(facts, _resolved(facts, a.value)) for a in expr.args) else "cpu"
         if isinstance(expr.func, cst.Name):
             cls = facts.classes_by_name.get(expr.func.value)
             if cls is not None:
-                return "device" if moves_to_device(facts, cls) else "cpu"
+                return "device" if moves_to_device(facts, cls) else args
     return "unknown"
+
+
+def _resolved(facts: Facts, expr: cst.BaseExpression) -> cst.CSTNode:
+    """A name's single binding, else the expression itself."""
+    if isinstance(expr, cst.Name):
+        bs = facts.lookup(expr.value, expr)
+        if len(bs) == 1 and bs[0].how == "expr":
+            return bs[0].node
+    return expr
 
 
 def collate_origin(facts: Facts, call: cst.Call) -> str:
@@ -266,15 +443,36 @@ class DataLoaderNoWorkers(Rule):
     ```
 
     ## Fix safety
-    No fix. Raising `num_workers` duplicates the data of an `IterableDataset` that does not
-    shard itself with `torch.utils.data.get_worker_info()`, needs picklable datasets and
-    `collate_fn`s under the spawn start method, and shares file handles opened in
-    `__init__` across forked workers.
+    **Unsafe**: sets `num_workers=min(8, os.cpu_count() or 1)` (adding `import os`), adds
+    `persistent_workers=True` when the loader is read more than once (workers then start
+    once, not every epoch) and `pin_memory=True` in CUDA code. Worker processes change what
+    a program does in ways a reader must check, so the fix is offered only when the file
+    shows the dataset is safe in workers: a torchvision/torchaudio dataset, or a map-style
+    Dataset class defined at the top level of the file (an IterableDataset only when it
+    shards with `torch.utils.data.get_worker_info()`, else every worker yields the whole
+    stream), whose `__getitem__` writes no shared state (`self.…` or globals: each worker
+    has its own copy), holding no tensors on a device (CUDA cannot be used in forked
+    workers), and with no lambda or nested function as dataset argument or `collate_fn`
+    (the spawn start method must pickle them). No fix for a dataset from another module or
+    a function: its code is not in view. Check yourself, after the fix: scripts run with
+    the spawn start method (Windows, macOS) need the `if __name__ == "__main__":` guard;
+    random augmentations in workers: since torch 1.9 each worker seeds Python's `random`
+    and torch from the loader's base seed, and numpy's global generator too as of torch
+    2.x (`_worker_loop` seeds `numpy.random` when numpy is importable); older versions gave
+    every worker the same numpy state. A seeded map-style dataset read once keeps its loss
+    trajectory exactly: the sampler runs in the main process. With `persistent_workers=True`,
+    epochs after the first see the same samples in another order: a kept worker pool no
+    longer draws a base seed from the global generator before each shuffle (both tested on
+    the CPU, `tests/test_dynamic_fixes.py`).
 
     ## Applies to
-    All torch versions; CPU and CUDA. Calls with `**kwargs` or a non-literal `num_workers`
-    are left alone, and so are loaders over a `TensorDataset`: a sample is a tensor index,
-    and workers only add inter-process copies (measured: an epoch of 100,000 × 64 floats at
+    All torch versions; CPU and CUDA. `DataLoader(ds, **kw)` is read through `kw` when it is
+    a dict literal, `dict(...)` or `{**a, **b}` updated only with such values in reach (the
+    `train_kwargs.update(cuda_kwargs)` shape); an unknown `**kw` is left alone. A
+    `num_workers` that is an option (`args.workers`, `cfg.num_workers`) is reported when its
+    default (argparse, a config dataclass or dict, in this file or a project module it
+    imports) is 0; a local name bound to 0 is the user's choice and left alone. So are loaders over
+    a `TensorDataset`: a sample is a tensor index, and workers only add inter-process copies (measured: an epoch of 100,000 × 64 floats at
     batch 512 took 0.47–0.75 s with no workers and 0.66–0.90 s with 2, five alternating
     runs; torch 2.13, 2-core CPU, `python benchmarks/tensor_dataset_workers.py --repeats 5`).
 
@@ -286,26 +484,152 @@ class DataLoaderNoWorkers(Rule):
     code = "PF101"
     name = "dataloader-no-workers"
     summary = "DataLoader loads data in the main process (num_workers missing or 0)"
+    fix_class = "unsafe"
     tokens = (b"DataLoader",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         for call in _dataloaders(facts):
-            if has_splat(call):
+            opts = loader_options(facts, call)
+            if opts is None:
                 continue
-            state, arg = worker_count(facts, call)
-            if state != "zero":
+            value = opts.get("num_workers")
+            why = ""
+            if value is not None:
+                v = literal_value(value)
+                if v is NOT_LITERAL:
+                    # A name bound to 0 in the file is the user's choice; an option whose
+                    # default is 0 (argparse, a config field) loads in-process unless changed.
+                    found, default = facts.option_default(value)
+                    if not found or default != 0:
+                        continue
+                    why = f"`num_workers={dotted(value)}` (default 0)" if dotted(value) else "`num_workers` (default 0)"
+                elif v != 0:
+                    continue
+            if in_memory_tensors(facts, opts.get("dataset")):
                 continue
-            if arg is not None and literal_value(arg.value) is NOT_LITERAL:
-                continue  # a name bound to 0: the value is the user's to choose
-            if in_memory_tensors(facts, (loader_arg(call, "dataset") or cst.Arg(cst.Name("None"))).value):
-                continue
-            what = "`num_workers=0`" if arg is not None else "no `num_workers`"
+            arg = next((a for a in call.args if a.value is value), None) if value is not None else None
+            what = why or ("`num_workers=0`" if value is not None else "no `num_workers`")
             yield Violation(
                 arg if arg is not None else call,
                 f"DataLoader with {what} loads every batch in the training process; use worker "
                 "processes, e.g. `num_workers=min(8, os.cpu_count() or 1)` (an IterableDataset "
                 "must shard with get_worker_info(), or each worker repeats the data)",
+                self._fix(facts, call, arg) if not why else None,
             )
+
+    def _fix(self, facts: Facts, call: cst.Call, arg: cst.Arg | None):
+        """Workers from the machine's core count, `persistent_workers=True` for a loader read
+        more than once, `pin_memory=True` in CUDA code; only when the dataset and collate_fn
+        are known to be safe in worker processes (see `workers_safe`)."""
+        if has_splat(call) or (arg is not None and arg.keyword is None):
+            return None
+        dataset = loader_arg(call, "dataset")
+        if dataset is None or workers_safe(facts, call, dataset.value) is not None:
+            return None
+        value = parse_expr("min(8, os.cpu_count() or 1)")
+        new = replace_arg_value(call, arg, value) if arg is not None else add_arg(call, make_kwarg("num_workers", value))
+        added = ["`num_workers=min(8, os.cpu_count() or 1)`"]
+        if loader_arg(call, "persistent_workers") is None and not iterated_once(facts, call):
+            new = add_arg(new, make_kwarg("persistent_workers", "True"))
+            added.append("`persistent_workers=True`")
+        if facts.is_cuda_code and loader_arg(call, "pin_memory") is None and get_arg(call, "pin_memory_device") is None:
+            new = add_arg(new, make_kwarg("pin_memory", "True"))
+            added.append("`pin_memory=True`")
+        replacements: dict = {call: new}
+        if not _imports_os(facts):
+            anchor = _first_import(facts)
+            if anchor is None:
+                return None
+            replacements[anchor] = cst.FlattenSentinel([
+                parse_stmt("import os\n").with_changes(leading_lines=anchor.leading_lines),
+                anchor.with_changes(leading_lines=[]),
+            ])
+        return self.unsafe("Add " + ", ".join(added), replacements)
+
+
+def _imports_os(facts: Facts) -> bool:
+    for stmt in facts.module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Import) and any(
+                        dotted(a.name) == "os" and a.asname is None for a in small.names):
+                    return True
+    return False
+
+
+def _first_import(facts: Facts) -> cst.SimpleStatementLine | None:
+    """The first top-level import after any `from __future__` imports."""
+    for stmt in facts.module.body:
+        if isinstance(stmt, cst.SimpleStatementLine) and any(
+                isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+            if any(isinstance(s, cst.ImportFrom) and dotted(s.module) == "__future__" for s in stmt.body
+                   if isinstance(s, cst.ImportFrom) and s.module is not None):
+                continue
+            return stmt
+    return None
+
+
+_MUTATORS = {"append", "extend", "update", "pop", "add", "insert", "remove", "clear", "setdefault", "__setitem__"}
+
+
+def workers_safe(facts: Facts, call: cst.Call, dataset: cst.BaseExpression) -> str | None:
+    """None when worker processes provably read this loader's dataset as the main process
+    would, else the reason they may not: an IterableDataset that does not shard with
+    `get_worker_info()`, data on a device, a dataset or collate_fn that spawn cannot pickle
+    (a lambda, a class or function defined inside a function), a `__getitem__` that writes
+    shared state, or a dataset this file cannot see."""
+    collate = loader_arg(call, "collate_fn")
+    if collate is not None and literal_value(collate.value) is not None:
+        fn = _function_node(facts, collate.value)
+        if fn is None or isinstance(fn, cst.Lambda) or facts.enclosing_function(fn) is not None:
+            return "collate_fn"
+    for opt in ("worker_init_fn", "sampler", "batch_sampler"):
+        a = loader_arg(call, opt)
+        if a is not None and isinstance(a.value, cst.Lambda):
+            return opt
+    node = _resolved(facts, dataset)
+    if not isinstance(node, cst.Call):
+        return "unknown dataset"
+    if any(isinstance(n, cst.Lambda) for n in iter_nodes(node)):
+        return "lambda"
+    if dataset_origin(facts, node) == "device":
+        return "device"
+    q = facts.qualname(node.func) or ""
+    if q.startswith(("torchvision.datasets.", "torchaudio.datasets.")):
+        return None
+    if not isinstance(node.func, cst.Name):
+        return "unknown dataset"
+    cls = facts.classes_by_name.get(node.func.value)
+    if cls is None or node.func.value not in facts.dataset_classes or facts.parent(cls) is not facts.module:
+        return "unknown dataset"
+    iterable = any((facts.qualname(b.value) or dotted(b.value) or "").endswith("IterableDataset") for b in cls.bases)
+    if iterable and not any(call_name(c) == "get_worker_info" for c in facts.calls_within(cls)):
+        return "unsharded IterableDataset"
+    for item in cls.body.body:
+        if isinstance(item, cst.FunctionDef) and item.name.value in ("__getitem__", "__iter__", "__getitems__"):
+            if _writes_shared_state(item):
+                return "mutating __getitem__"
+    return None
+
+
+def _writes_shared_state(fn: cst.FunctionDef) -> bool:
+    for n in iter_nodes(fn.body):
+        if isinstance(n, (cst.Global, cst.Nonlocal)):
+            return True
+        targets = []
+        if isinstance(n, cst.Assign):
+            targets = [t.target for t in n.targets]
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign)):
+            targets = [n.target]
+        for t in targets:
+            for sub in iter_nodes(t):
+                if isinstance(sub, cst.Attribute) and isinstance(sub.value, cst.Name) and sub.value.value == "self":
+                    return True
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in _MUTATORS:
+            base = n.func.value
+            if isinstance(base, cst.Attribute) and isinstance(base.value, cst.Name) and base.value.value == "self":
+                return True
+    return False
 
 
 @register
@@ -339,18 +663,22 @@ class DataLoaderNoPinMemory(Rule):
     ```
 
     ## Fix safety
-    Adds `pin_memory=True`. **Safe** when the dataset is known to yield CPU data (a
-    `TensorDataset` of CPU tensors, a torchvision/torchaudio dataset, or a Dataset class in
-    the same file that never moves data to a device) and any `collate_fn` is a function in
-    the file that does not either: pinning then only changes where the batch lives on the
-    host. **Unsafe** otherwise, because pinning a batch that is already on the GPU raises
-    `RuntimeError: cannot pin 'torch.cuda.FloatTensor'`. Without an accelerator,
-    `pin_memory=True` is a no-op with a warning.
+    Adds `pin_memory=True`. **Safe** only when the facts prove the batches are host memory:
+    a `TensorDataset` whose tensors are provably CPU tensors (created by a torch factory
+    with no `device=` or `device="cpu"`, from numpy, or from literals, with no default
+    device set in the file), a torchvision/torchaudio dataset, or a Dataset class in the
+    same file that never places data on a device and whose constructor arguments are
+    provably host values; and any `collate_fn` is a function in the file that does not
+    move data either. **Unsafe** when any of this is unknown (a tensor returned by a
+    function, a dataset from another module), because pinning a batch that is already on
+    the GPU raises `RuntimeError: cannot pin 'torch.cuda.FloatTensor'`. Without an
+    accelerator, `pin_memory=True` is a no-op with a warning.
 
     ## Applies to
     All torch versions; CUDA code only (the file calls `.cuda()`, names a `"cuda"` device or
     uses `torch.cuda`). Not reported when the `collate_fn` or the dataset already moves data
-    to the device.
+    to the device, or the dataset's tensors are created with a `device=` that may be a GPU
+    (`torch.randn(n, d, device=device)`): there is no host-to-device copy to speed up.
 
     ## References
     - PyTorch tutorial "A guide on good usage of non_blocking and pin_memory() in PyTorch"

@@ -628,6 +628,17 @@ def _exclusive(facts: Facts, a: cst.CSTNode, b: cst.CSTNode) -> bool:
     return False
 
 
+def _runs_at_most_with(facts: Facts, stmt: cst.CSTNode, block: cst.CSTNode | None) -> bool:
+    """`stmt` sits in `block`, or under conditionals within it, but under no loop or function
+    of its own: it runs at most once each time `block` runs."""
+    for node in facts.ancestors(stmt):
+        if node is block:
+            return True
+        if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+    return False
+
+
 @register
 class ClipWithoutUnscale(Rule):
     """
@@ -666,7 +677,10 @@ class ClipWithoutUnscale(Rule):
     when `unscale_` was already called, so the update is the intended one. Not offered when
     that optimizer cannot be found; never when an `unscale_` is already in the iteration
     (a second call raises "unscale_() has already been called on this optimizer since the
-    last update()").
+    last update()"), nor when the clip may run more often than `scaler.step(...)` (the step under an
+    `if` the clip is not under, or the clip in a loop of its own): a clip on every
+    micro-batch of gradient accumulation with a step on every k-th would call `unscale_`
+    twice before `update()`, which raises the same error.
 
     ## Applies to
     All torch versions with AMP (`torch.amp` and the older `torch.cuda.amp`).
@@ -712,8 +726,13 @@ class ClipWithoutUnscale(Rule):
                 fix = None
                 stmt = facts.statement_of(clip)
                 opt = step.args[0].value if step.args and not step.args[0].keyword else None
+                # Only where clip and step run together: a clip that runs on more steps than
+                # the optimizer step (gradient accumulation, `if (i + 1) % k == 0: step`)
+                # would call `unscale_` twice before `update()`, which raises.
+                step_stmt = facts.statement_of(step)
                 if opt is not None and isinstance(stmt, cst.SimpleStatementLine) and isinstance(
-                        facts.parent(stmt), (cst.IndentedBlock, cst.Module)):
+                        facts.parent(stmt), (cst.IndentedBlock, cst.Module)) \
+                        and _runs_at_most_with(facts, stmt, facts.parent(step_stmt)):
                     opt_code = cst.Module(body=[]).code_for_node(opt)
                     new_stmt = parse_stmt(f"{scaler}.unscale_({opt_code})\n")
                     fix = self.safe(
