@@ -157,8 +157,9 @@ class StepRecorder:
         syncs = self.syncs.take() if self.syncs is not None else 0
         if r.steps_done > r.warmup:
             r.step_times_s.append(now - self.started)
-            for phase, seconds in split_step(events, self.started, host_end, now).items():
-                r.phase_times_s[phase].append(seconds)
+            if r.phase_times_s:
+                for phase, seconds in split_step(events, self.started, host_end, now).items():
+                    r.phase_times_s[phase].append(seconds)
             if self.syncs is not None and self.syncs.active:
                 if r.host_syncs is None:
                     r.host_syncs = []
@@ -249,8 +250,9 @@ def peak_rss_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
-def install(recorder: StepRecorder) -> None:
-    """Register the optimizer hooks and the loss and batch-size probes."""
+def install(recorder: StepRecorder, split: bool = True) -> None:
+    """Register the optimizer hooks and the loss and batch-size probes; with `split`, the
+    phase probes too (without it nothing is stamped: the harness's cost can be measured)."""
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     from torch.utils.data.dataloader import _BaseDataLoaderIter
 
@@ -258,6 +260,9 @@ def install(recorder: StepRecorder) -> None:
     register_optimizer_step_post_hook(recorder.post_step)
 
     autograd_backward = torch.autograd.backward
+    if not split:
+        recorder.mark = lambda kind: None  # type: ignore[method-assign]
+        recorder.result.phase_times_s = {}
     mark = recorder.mark
 
     @functools.wraps(autograd_backward)
@@ -292,13 +297,16 @@ def install(recorder: StepRecorder) -> None:
             mark(None)
         if recorder.loader_batch is None:
             recorder.note_loader_batch(batch)
+        if not split:
+            _BaseDataLoaderIter.__next__ = loader_next  # one batch is enough
         return batch
 
     functools.update_wrapper(next_and_note, loader_next)
     _BaseDataLoaderIter.__next__ = next_and_note
-    install_copy_probes(recorder)
-    if torch.cuda.is_available():
-        install_sync_counter(recorder)
+    if split:
+        install_copy_probes(recorder)
+        if torch.cuda.is_available():
+            install_sync_counter(recorder)
 
     handle = None
 
@@ -375,7 +383,7 @@ def exit_code_of(exc: SystemExit) -> int:
     return 1  # sys.exit("message") prints the message and exits 1
 
 
-def run(script: str, script_args: list[str], steps: int, warmup: int, result_path: str) -> int:
+def run(script: str, script_args: list[str], steps: int, warmup: int, result_path: str, split: bool = True) -> int:
     """Run `script` under the recorder; return the exit status for this process."""
 
     def complete(recorder: StepRecorder) -> None:
@@ -385,7 +393,7 @@ def run(script: str, script_args: list[str], steps: int, warmup: int, result_pat
         os._exit(0)  # stop the script here; DataLoader workers are reaped by the launcher
 
     recorder = StepRecorder(warmup, steps, complete)
-    install(recorder)
+    install(recorder, split)
     sys.argv = [script, *script_args]
     sys.path[0] = str(Path(script).resolve().parent)
     try:
@@ -409,10 +417,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, required=True, help="measured optimizer steps")
     parser.add_argument("--warmup", type=int, required=True, help="optimizer steps discarded first (at least 1)")
     parser.add_argument("--result", required=True, help="where to write the JSON result")
+    parser.add_argument("--no-split", action="store_true",
+                        help="no phase probes (to measure what they cost): step times and losses only")
     parser.add_argument("script", help="the training script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     opts = parser.parse_args(argv)
-    return run(opts.script, opts.script_args, opts.steps, opts.warmup, opts.result)
+    return run(opts.script, opts.script_args, opts.steps, opts.warmup, opts.result, split=not opts.no_split)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,109 @@
+"""What the phase probes of `perflint verify` cost: the same script under the harness with
+and without them (`--no-split`), runs alternated.
+
+    python benchmarks/harness_overhead.py [--repeats 6] [--steps 300] [--json out.json]
+
+Two scripts: a tiny training loop whose steps take well under a millisecond on a CPU (a
+16-32-1 MLP, batch 8, an in-memory DataLoader, three `.to()` calls a step: the worst case
+for a fixed per-step cost), and `fixtures/workloads/image_classifier.py --device cpu`.
+Prints the mean step time of each variant, the difference per step, and the ratio with
+its 95% bootstrap interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "runtime"))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from perflint_runtime import stats  # noqa: E402
+from perflint_runtime.harness import run_script  # noqa: E402
+from perflint_runtime.sysinfo import host  # noqa: E402
+
+TINY = """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(TensorDataset(torch.randn(4096, 16), torch.randn(4096, 1)), batch_size=8, shuffle=True)
+    while True:
+        for x, y in loader:
+            x, y = x.to("cpu"), y.to(torch.float32)
+            loss = (model(x.to(torch.float32)) - y).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+
+
+def fmt(seconds: float, sign: bool = False) -> str:
+    """Microseconds below 10 ms, else milliseconds."""
+    if abs(seconds) < 0.01:
+        return f"{seconds * 1e6:{'+' if sign else ''},.1f} µs"
+    return f"{seconds * 1e3:{'+' if sign else ''},.2f} ms"
+
+
+def measure(script: str, args: list[str], steps: int, warmup: int, repeats: int, console: Console) -> dict:
+    times: dict[bool, list[list[float]]] = {True: [], False: []}
+    for k in range(repeats):
+        for split in (False, True):
+            r = run_script(script, args, steps=steps, warmup=warmup, timeout=600, split=split)
+            if not r.ok:
+                raise SystemExit(r.describe_failure())
+            times[split].append(r.step_times_s)
+            console.print(f"  {Path(script).name} run {k + 1} {'probes' if split else 'no probes'}: "
+                          f"{fmt(stats.mean(r.step_times_s))}/step", highlight=False)
+    plain, probed = stats.mean(stats.pooled(times[False])), stats.mean(stats.pooled(times[True]))
+    lo, hi = stats.bootstrap_speedup_ci(times[False], times[True])
+    return {"script": " ".join([Path(script).name, *args]), "steps": steps, "warmup": warmup, "repeats": repeats,
+            "mean_step_s_without": plain, "mean_step_s_with": probed,
+            "ratio_without_over_with": plain / probed, "ratio_ci95": [lo, hi],
+            "step_times_s": {"without": times[False], "with": times[True]}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=6, help="runs of each variant")
+    parser.add_argument("--steps", type=int, default=300, help="measured steps per run of the tiny loop")
+    parser.add_argument("--workload-steps", type=int, default=20, help="measured steps per run of the workload")
+    parser.add_argument("--json", help="also write the results here")
+    opts = parser.parse_args(argv)
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 140)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tiny = Path(tmp) / "tiny_loop.py"
+        tiny.write_text(textwrap.dedent(TINY))
+        rows.append(measure(str(tiny), [], opts.steps, 20, opts.repeats, console))
+    workload = ROOT / "fixtures" / "workloads" / "image_classifier.py"
+    rows.append(measure(str(workload), ["--device", "cpu"], opts.workload_steps, 3, opts.repeats, console))
+    table = Table(title="perflint verify: the phase probes' cost (mean step time, runs alternated)")
+    for col in ("script", "runs × steps", "without probes", "with probes", "difference", "ratio [95% CI]"):
+        table.add_column(col, justify="left" if col == "script" else "right")
+    for r in rows:
+        lo, hi = r["ratio_ci95"]
+        table.add_row(r["script"], f"{r['repeats']} × {r['steps']}", fmt(r["mean_step_s_without"]),
+                      fmt(r["mean_step_s_with"]), fmt(r["mean_step_s_with"] - r["mean_step_s_without"], sign=True),
+                      f"{r['ratio_without_over_with']:.3f} [{lo:.3f}, {hi:.3f}]")
+    console.print(table)
+    if opts.json:
+        command = shlex.join([Path(sys.executable).name, "benchmarks/harness_overhead.py", *(argv or sys.argv[1:])])
+        Path(opts.json).write_text(json.dumps({"command": command, **host(), "results": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
