@@ -418,3 +418,11 @@ def test_install_sync_counter_wraps_the_scripts_calls(monkeypatch):
         torch.cuda.synchronize()
     assert calls[-2:] == [("set", 2), ("sync", None)]  # the script's "error" holds
     assert rec.syncs.take() == 1
+
+
+def test_without_split_no_probe_is_installed(tmp_path):
+    script = write(tmp_path, "train.py", TRAIN)
+    result = run_script(script, ["1000", str(tmp_path / "finished")], steps=2, warmup=2, timeout=120, split=False)
+    assert result.status == OK, result.describe_failure()
+    assert "--no-split" in result.argv
+    assert len(result.step_times_s) == 2 and result.phase_times_s == {} and result.batch_size == 16
