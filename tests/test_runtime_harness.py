@@ -426,3 +426,27 @@ def test_without_split_no_probe_is_installed(tmp_path):
     assert result.status == OK, result.describe_failure()
     assert "--no-split" in result.argv
     assert len(result.step_times_s) == 2 and result.phase_times_s == {} and result.batch_size == 16
+
+
+def test_probes_do_not_break_a_fullgraph_compiled_step(tmp_path):
+    """Inside code torch.compile traces, the probes and the batch-size hook do nothing: a
+    `fullgraph=True` function with a module call and `.to()` calls compiles and runs."""
+    script = write(tmp_path, "compiled.py", """
+        import torch
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        @torch.compile(fullgraph=True, backend="eager")
+        def compute_loss(x, y):
+            return (model(x.to(torch.float64).to(torch.float32)) - y).pow(2).mean()
+
+        for step in range(10):
+            loss = compute_loss(torch.randn(8, 4), torch.randn(8, 1))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """)
+    result = run_script(script, [], steps=3, warmup=2, timeout=300)
+    assert result.status == OK, result.describe_failure()
+    assert len(result.phase_times_s["compute"]) == 3

@@ -309,8 +309,11 @@ def install(recorder: StepRecorder, split: bool = True) -> None:
             install_sync_counter(recorder)
 
     handle = None
+    compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 
     def forward_pre_hook(module, args):
+        if compiling():  # inside code torch.compile traces: do nothing (no graph break, no error under fullgraph)
+            return
         if recorder.note_forward(args) and handle is not None:
             handle.remove()
 
