@@ -294,9 +294,9 @@ def test_split_is_printed_side_by_side_with_the_rules_for_the_largest_share(monk
     assert "GPU wait at step end" not in rows and "host syncs per step" not in rows  # a CPU run
     text = " ".join(result.output.split())
     # PF101 is reported on the original (no fix); on the CPU the CUDA-only rules are not named
-    assert ("original: 86% of the step waits for data: PF101 num_workers (reported here: no automatic fix), "
+    assert ("original: 86% of the step waits for data: PF101 num_workers (reported here: unsafe fix); also "
             "PF103 persistent_workers, PF106 worker start method, PF501 FFT convolution") in text
-    assert "fixed: 70% of the step waits for data: PF101 num_workers (reported here: no automatic fix)" in text
+    assert "fixed: 70% of the step waits for data; perflint reports none of its rules here (PF101 num_workers" in text
     summary = json.loads(out.read_text())["summary"]
     assert summary["original"]["phases_s"]["data"] == pytest.approx(0.086)
     assert sum(summary["fixed"]["phases_s"].values()) == pytest.approx(summary["fixed"]["mean_step_s"])
@@ -316,7 +316,8 @@ def test_cuda_runs_show_the_gpu_wait_and_host_syncs(monkeypatch, project):
     assert rows["GPU wait at step end"] == ["70.00 ms  70%", "10.00 ms  20%"]
     assert rows["host syncs per step"] == ["3.0", "1.0"]
     text = " ".join(result.output.split())
-    assert "original: 70% of the step waits for the GPU at the step's end: PF403 bf16 autocast" in text
+    assert ("original: 70% of the step waits for the GPU at the step's end; perflint reports none of its rules "
+            "here (PF403 bf16 autocast") in text
     assert "PF405 TF32" in text and "PF302 fused optimizer" in text
 
 
@@ -331,19 +332,23 @@ def test_reported_rules_come_first_with_their_fix_kind():
     summary = verify.summarise([run([0.1] * 4, [1.0], phases={"data": 0.1})])  # "other" is 90%
     findings = verify.Findings(fixes={"PF301": {"unsafe"}, "PF201": {"none"}})
     assert verify.rules_line(summary, findings, cuda=False) == (
-        "90% of the step is other host time: PF301 zero_grad(set_to_none=True) (reported here: unsafe fix), "
-        "PF204 loss kept with its graph")
+        "90% of the step is other host time: PF301 zero_grad(set_to_none=True) (reported here: unsafe fix); "
+        "also PF204 loss kept with its graph")
     assert verify.rules_line(summary, findings, cuda=True).startswith(
         "90% of the step is other host time: PF201 .item() every step (reported here: no automatic fix), "
-        "PF301 zero_grad(set_to_none=True) (reported here: unsafe fix), PF202 host syncs every step")
+        "PF301 zero_grad(set_to_none=True) (reported here: unsafe fix); also PF202 host syncs every step")
+    assert verify.rules_line(summary, verify.Findings(), cuda=False) == (
+        "90% of the step is other host time; perflint reports none of its rules here (PF204 loss kept with its "
+        "graph, PF301 zero_grad(set_to_none=True))")
 
 
 def test_no_rule_for_the_largest_share_on_this_device():
     summary = verify.summarise([run([0.1] * 4, [1.0], phases={"h2d": 0.9})])
     assert verify.rules_line(summary, verify.Findings(), cuda=False) == (
         "90% of the step is host-to-device copies: perflint has no rule for it on this device")
-    assert verify.rules_line(summary, verify.Findings(), cuda=True).startswith(
-        "90% of the step is host-to-device copies: PF102 pin_memory, PF105 non_blocking copies")
+    assert verify.rules_line(summary, verify.Findings(fixes={"PF105": {"safe", "unsafe"}}), cuda=True) == (
+        "90% of the step is host-to-device copies: PF105 non_blocking copies (reported here: safe fix, unsafe fix); "
+        "also PF102 pin_memory, PF409 tensors created on the device")
 
 
 # -- sampling until the speedup is known -------------------------------------------------------

@@ -368,7 +368,8 @@ def largest_share(summary: Summary) -> tuple[str, float] | None:
 
 
 def rules_line(summary: Summary, findings: Findings, cuda: bool) -> str | None:
-    """"86% of the step waits for data: PF101 num_workers (reported here: no automatic fix), …"."""
+    """"86% of the step waits for data: PF101 num_workers (reported here: unsafe fix); also PF103 …":
+    the rules that shorten the largest phase on this device, those reported on the script first."""
     top = largest_share(summary)
     if top is None:
         return None
@@ -378,11 +379,12 @@ def rules_line(summary: Summary, findings: Findings, cuda: bool) -> str | None:
     if not rules:
         return f"{head}: perflint has no rule for it on this device"
     reported = [(c, w) for c, w in rules if c in findings.fixes]
-    others = [(c, w) for c, w in rules if c not in findings.fixes]
+    others = ", ".join(f"{c} {w}" for c, w in rules if c not in findings.fixes)
+    if not reported:
+        return f"{head}; perflint reports none of its rules here ({others})"
     parts = [f"{c} {w} (reported here: {', '.join(FIX_WORDS[k] for k in sorted(findings.fixes[c]))})"
              for c, w in reported]
-    parts += [f"{c} {w}" for c, w in others]
-    return f"{head}: " + ", ".join(parts)
+    return f"{head}: " + ", ".join(parts) + (f"; also {others}" if others else "")
 
 
 # ----------------------------------------------------------------------------------------
