@@ -443,3 +443,16 @@ def test_sampling_is_reported_and_written(monkeypatch, project, tmp_path):
     assert data["sampling"]["stopped_by"] == "precision" and data["sampling"]["measured_steps"] == {
         "original": 20, "fixed": 20}
     assert data["settings"]["max_time"] == 300.0 and data["settings"]["precision"] == 0.05
+
+
+def test_measure_alternating_runs_exactly_the_repeats(monkeypatch):
+    order = []
+
+    def fake_run_script(path, args, **kwargs):
+        order.append(path)
+        return run([0.1] * 3, [1.0] * 3)
+
+    monkeypatch.setattr(verify, "run_script", fake_run_script)
+    runs = verify.measure_alternating({"original": "a.py", "fixed": "b.py", "trainer": "c.py"}, [],
+                                      settings(repeats=3, max_time=1e9))
+    assert order == ["a.py", "b.py", "c.py"] * 3 and [len(v) for v in runs.values()] == [3, 3, 3]

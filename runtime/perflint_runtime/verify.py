@@ -121,18 +121,8 @@ def measure_alternating(
     settings: MeasureSettings,
     on_run: Callable[[str, int, RunResult], None] | None = None,
 ) -> dict[str, list[RunResult]]:
-    """Run every script `repeats` times, interleaved (A B C A B C …); stop at the first failure."""
-    runs: dict[str, list[RunResult]] = {name: [] for name in scripts}
-    for repeat in range(1, settings.repeats + 1):
-        for name, path in scripts.items():
-            steps, warmup = settings.per_script.get(name, (settings.steps, settings.warmup))
-            result = run_script(path, script_args, steps=steps, warmup=warmup, timeout=settings.timeout)
-            runs[name].append(result)
-            if on_run is not None:
-                on_run(name, repeat, result)
-            if not result.ok:
-                return runs
-    return runs
+    """Run every script exactly `repeats` times, interleaved (A B C A B C …); stop at the first failure."""
+    return measure_until_known(scripts, script_args, dataclasses.replace(settings, max_time=0.0), on_run)[0]
 
 
 PRECISION, TIME_BUDGET, FAILURE = "precision", "time budget", "failure"
