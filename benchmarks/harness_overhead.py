@@ -7,7 +7,9 @@ Two scripts: a tiny training loop whose steps take well under a millisecond on a
 16-32-1 MLP, batch 8, an in-memory DataLoader, three `.to()` calls a step: the worst case
 for a fixed per-step cost), and `fixtures/workloads/image_classifier.py --device cpu`.
 Prints the mean step time of each variant, the difference per step, and the ratio with
-its 95% bootstrap interval.
+its 95% bootstrap interval; then, in this process, what one probe costs (the fastest of
+several `timeit` repeats, which a busy machine disturbs least): a time stamp, and the
+`Tensor.to` wrapper on a call that copies nothing and on one that copies.
 """
 
 from __future__ import annotations
@@ -73,6 +75,41 @@ def measure(script: str, args: list[str], steps: int, warmup: int, repeats: int,
             "step_times_s": {"without": times[False], "with": times[True]}}
 
 
+def probe_costs(number: int = 20000, repeat: int = 7) -> list[tuple[str, float]]:
+    """(what, seconds per call added by the probe), fastest of `repeat` timings."""
+    import timeit
+
+    import torch
+
+    from perflint_runtime import bootstrap
+
+    rec = bootstrap.StepRecorder(1, 1, lambda r: None)
+    x = torch.ones(4)
+    originals = {"to": torch.Tensor.to}
+
+    def best(stmt) -> float:
+        return min(timeit.repeat(stmt, number=number, repeat=repeat)) / number
+
+    def stamp():
+        rec.mark("data")
+        if len(rec.events) > 1000:
+            rec.events.clear()
+
+    empty = best(lambda: None)
+    out = [("time stamp (`mark`)", best(stamp) - empty)]
+    plain_same = best(lambda: originals["to"](x, torch.float32))
+    plain_copy = best(lambda: originals["to"](x, "meta"))
+    bootstrap.install_copy_probes(rec)
+    try:
+        out.append(("`.to()` that copies nothing (same dtype)", best(lambda: x.to(torch.float32)) - plain_same))
+        rec.events.clear()
+        out.append(("`.to()` that copies (CPU → meta device)", best(lambda: (x.to("meta"), rec.events.clear()))
+                    - plain_copy - (best(lambda: rec.events.clear()) - empty)))
+    finally:
+        torch.Tensor.to = originals["to"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=6, help="runs of each variant")
@@ -99,9 +136,17 @@ def main(argv: list[str] | None = None) -> int:
                       fmt(r["mean_step_s_with"]), fmt(r["mean_step_s_with"] - r["mean_step_s_without"], sign=True),
                       f"{r['ratio_without_over_with']:.3f} [{lo:.3f}, {hi:.3f}]")
     console.print(table)
+    costs = probe_costs()
+    per_probe = Table(title="one probe, in process (fastest of 7 × 20,000 calls)")
+    per_probe.add_column("probe")
+    per_probe.add_column("added per call", justify="right")
+    for what, seconds in costs:
+        per_probe.add_row(what, f"{seconds * 1e9:,.0f} ns")
+    console.print(per_probe)
     if opts.json:
         command = shlex.join([Path(sys.executable).name, "benchmarks/harness_overhead.py", *(argv or sys.argv[1:])])
-        Path(opts.json).write_text(json.dumps({"command": command, **host(), "results": rows}, indent=2) + "\n")
+        Path(opts.json).write_text(json.dumps({"command": command, **host(), "results": rows,
+                                               "probe_costs_s": dict(costs)}, indent=2) + "\n")
     return 0
 
 
