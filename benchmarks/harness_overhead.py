@@ -3,7 +3,8 @@ and without them (`--no-split`), runs alternated.
 
     python benchmarks/harness_overhead.py [--repeats 6] [--steps 300] [--json out.json]
 
-Two scripts: a tiny training loop whose steps take well under a millisecond on a CPU (a
+Runs are alternated A B B A …, so that a trend in the machine's load hits both variants
+alike.  Two scripts: a tiny training loop whose steps take well under a millisecond on a CPU (a
 16-32-1 MLP, batch 8, an in-memory DataLoader, three `.to()` calls a step: the worst case
 for a fixed per-step cost), and `fixtures/workloads/image_classifier.py --device cpu`.
 Prints the mean step time of each variant, the difference per step, and the ratio with
@@ -60,7 +61,7 @@ def fmt(seconds: float, sign: bool = False) -> str:
 def measure(script: str, args: list[str], steps: int, warmup: int, repeats: int, console: Console) -> dict:
     times: dict[bool, list[list[float]]] = {True: [], False: []}
     for k in range(repeats):
-        for split in (False, True):
+        for split in ((False, True) if k % 2 == 0 else (True, False)):  # A B B A: a load trend hits both
             r = run_script(script, args, steps=steps, warmup=warmup, timeout=600, split=split)
             if not r.ok:
                 raise SystemExit(r.describe_failure())

@@ -34,11 +34,11 @@ result file that says so, with the steps it did reach.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
 import runpy
-import functools
 import sys
 import threading
 import time
