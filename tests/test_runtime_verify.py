@@ -319,6 +319,8 @@ def test_cuda_runs_show_the_gpu_wait_and_host_syncs(monkeypatch, project):
     assert ("original: 70% of the step waits for the GPU at the step's end; perflint reports none of its rules "
             "here (PF403 bf16 autocast") in text
     assert "PF405 TF32" in text and "PF302 fused optimizer" in text
+    assert "3.0 host syncs per step; perflint reports none of its rules here (PF201 .item() every step" in text
+    assert "1.0 host syncs per step;" in text
 
 
 def test_runs_without_a_split_print_no_split(monkeypatch, project):
@@ -340,6 +342,15 @@ def test_reported_rules_come_first_with_their_fix_kind():
     assert verify.rules_line(summary, verify.Findings(), cuda=False) == (
         "90% of the step is other host time; perflint reports none of its rules here (PF204 loss kept with its "
         "graph, PF301 zero_grad(set_to_none=True))")
+
+
+def test_syncs_line_names_the_sync_rules():
+    summary = verify.summarise([run([0.1] * 4, [1.0], device="cuda", phases={}, syncs=2)])
+    findings = verify.Findings(fixes={"PF201": {"none"}})
+    assert verify.syncs_line(summary, findings) == (
+        "2.0 host syncs per step: PF201 .item() every step (reported here: no automatic fix); also PF202 host syncs "
+        "every step, PF203 empty_cache() every step")
+    assert verify.syncs_line(verify.summarise([run([0.1] * 4, [1.0], device="cuda", syncs=0)]), findings) is None
 
 
 def test_no_rule_for_the_largest_share_on_this_device():

@@ -364,8 +364,22 @@ def rules_line(summary: Summary, findings: Findings, cuda: bool) -> str | None:
     if top is None:
         return None
     phase, share = top
-    rules = [(code, what) for code, what, cuda_only in PHASE_RULES[phase] if cuda or not cuda_only]
-    head = f"{share:.0%} of the step {SHARE_WORDS[phase]}"
+    return _name_rules(f"{share:.0%} of the step {SHARE_WORDS[phase]}", PHASE_RULES[phase], findings, cuda)
+
+
+SYNC_RULES = (("PF201", ".item() every step", True), ("PF202", "host syncs every step", True),
+              ("PF203", "empty_cache() every step", True))
+
+
+def syncs_line(summary: Summary, findings: Findings) -> str | None:
+    """On CUDA: "3.0 host syncs per step: PF201 .item() every step (reported here: …)"; None without syncs."""
+    if not summary.host_syncs_per_step:
+        return None
+    return _name_rules(f"{summary.host_syncs_per_step:,.1f} host syncs per step", SYNC_RULES, findings, True)
+
+
+def _name_rules(head: str, candidates, findings: Findings, cuda: bool) -> str:
+    rules = [(code, what) for code, what, cuda_only in candidates if cuda or not cuda_only]
     if not rules:
         return f"{head}: perflint has no rule for it on this device"
     reported = [(c, w) for c, w in rules if c in findings.fixes]
@@ -468,6 +482,9 @@ def print_report(console, script: str, fixed_label: str, summaries: dict[str, Su
             line = rules_line(summary, findings.get(name, Findings()), cuda)
             if line:
                 console.print(f"  {name + ':':<9} {line}")
+            line = syncs_line(summary, findings.get(name, Findings())) if cuda else None
+            if line:
+                console.print(f"  {'':<9} {line}")
     lo, hi = comparison.speedup_ci95
     console.print(f"speedup {comparison.speedup:.3f}× (95% CI {lo:.3f}–{hi:.3f})")
     div = comparison.max_loss_divergence
