@@ -1,6 +1,8 @@
 """How fast is `perflint check` on a folder, against the cost of just parsing it?
 
     python benchmarks/lint_speed.py FOLDER [--repeat N] [--jobs N] [--json OUT.json]
+    python benchmarks/lint_speed.py FOLDER --formats        # every output format, cold and warm
+    python benchmarks/lint_speed.py --one-file FILE         # start-up: one small file (pre-commit)
 
 Prints files, lines, seconds and files/s for:
 
@@ -14,6 +16,15 @@ bytecode (PYTHONDONTWRITEBYTECODE is dropped for them), as an installed package 
 --repeat runs (other processes only ever add time; `--statistic median` for the median);
 the CPU column (all of a run's processes) shows the work done whatever else is running.
 The folder is only read.
+
+`--formats` adds a table of every `--output-format` on FOLDER, cold (`--no-cache`) and warm
+(one cache, filled by a `full` run: the cache serves every format), against `concise`.
+
+`--one-file FILE` times what a pre-commit hook pays for one small file: `python -c pass`
+(the interpreter), `perflint --version` (click and perflint's package), and `perflint check
+FILE` cold (an empty cache folder each run: what the first run pays) and warm (cache
+filled), with the modules the warm run imports that it should not need (libcst, packaging,
+rich's markdown, the runtime, torch).
 """
 
 from __future__ import annotations
@@ -68,10 +79,22 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _perflint(folder: Path, jobs: int | None, cache_dir: str | None) -> tuple[float, float, int]:
+def _env() -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def _timed(cmd: list[str], env: dict) -> tuple[float, float, subprocess.CompletedProcess]:
+    start, cpu = time.perf_counter(), _children_cpu()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+    return time.perf_counter() - start, _children_cpu() - cpu, p
+
+
+def _perflint(folder: Path, jobs: int | None, cache_dir: str | None, fmt: str = "concise") -> tuple[float, float, int]:
     """Seconds (wall, CPU of all its processes) for `perflint check FOLDER`; findings."""
     cmd = [sys.executable, "-m", "perflint", "check", str(folder), "--exit-zero", "--quiet",
-           "--output-format", "concise"]
+           "--output-format", fmt]
     if jobs:
         cmd += ["--jobs", str(jobs)]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -91,15 +114,109 @@ def _perflint(folder: Path, jobs: int | None, cache_dir: str | None) -> tuple[fl
     return elapsed, cpu, findings
 
 
+FORMATS = ("concise", "full", "json", "sarif", "github")
+
+
+def format_table(folder: Path, jobs: int | None, repeat: int, med) -> dict:
+    """Each output format, cold and warm, against concise."""
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="perflint-bench-cache-") as cache:
+        _perflint(folder, jobs, cache, "full")  # one cache, filled by a `full` run
+        for fmt in FORMATS:
+            cold = [_perflint(folder, jobs, None, fmt)[:2] for _ in range(repeat)]
+            warm = [_perflint(folder, jobs, cache, fmt)[:2] for _ in range(repeat)]
+            rows[fmt] = {"cold_s": med(t for t, _ in cold), "cold_cpu_s": med(c for _, c in cold),
+                         "warm_s": med(t for t, _ in warm), "warm_cpu_s": med(c for _, c in warm)}
+    base = rows["concise"]
+    print()
+    print(f"output formats on {folder.name} (cold: --no-cache; warm: the cache a `full` run filled)")
+    print()
+    print(f"| {'format':<8} | {'cold s':>7} | {'CPU s':>6} | {'× concise':>9} | {'warm s':>7} | {'CPU s':>6} | "
+          f"{'× concise':>9} |")
+    print(f"|{'-' * 10}|{'-' * 9}|{'-' * 8}|{'-' * 11}|{'-' * 9}|{'-' * 8}|{'-' * 11}|")
+    for fmt, r in rows.items():
+        print(f"| {fmt:<8} | {r['cold_s']:>7.2f} | {r['cold_cpu_s']:>6.2f} | {r['cold_s'] / base['cold_s']:>8.2f}× | "
+              f"{r['warm_s']:>7.2f} | {r['warm_cpu_s']:>6.2f} | {r['warm_s'] / base['warm_s']:>8.2f}× |")
+    return rows
+
+
+# Modules a warm one-file run should never import.
+NOT_ON_A_WARM_RUN = ("libcst", "packaging", "rich.markdown", "perflint_runtime", "torch")
+
+_IMPORTS_PROBE = """
+import sys, atexit
+def _dump():
+    sys.stderr.write("\\nimported: " + " ".join(sorted(m for m in sys.modules if m in {names!r})) + "\\n")
+atexit.register(_dump)
+sys.argv = ["perflint"] + sys.argv[1:]
+from perflint.cli import main
+main()
+"""
+
+
+def one_file_table(path: Path, repeat: int, med) -> dict:
+    """Start-up: what a pre-commit hook pays for one small file."""
+    env = _env()
+    check = [sys.executable, "-m", "perflint", "check", str(path), "--exit-zero", "--quiet", "--output-format",
+             "concise"]
+    rows: dict[str, list] = {"python -c pass": [], "perflint --version": [], "check, cold (empty cache)": [],
+                             "check, warm (cache filled)": []}
+    for _ in range(repeat):
+        rows["python -c pass"].append(_timed([sys.executable, "-c", "pass"], env)[:2])
+        rows["perflint --version"].append(_timed([sys.executable, "-m", "perflint", "--version"], env)[:2])
+        with tempfile.TemporaryDirectory(prefix="perflint-bench-cache-") as cache:
+            t, c, p = _timed(check, {**env, "PERFLINT_CACHE_DIR": cache})
+            if p.returncode != 0:
+                raise SystemExit(f"perflint failed ({p.returncode}):\n{p.stderr}")
+            rows["check, cold (empty cache)"].append((t, c))
+    with tempfile.TemporaryDirectory(prefix="perflint-bench-cache-") as cache:
+        wenv = {**env, "PERFLINT_CACHE_DIR": cache}
+        _timed(check, wenv)
+        for _ in range(repeat):
+            rows["check, warm (cache filled)"].append(_timed(check, wenv)[:2])
+        probe = [sys.executable, "-c", _IMPORTS_PROBE.format(names=set(NOT_ON_A_WARM_RUN)), *check[3:]]
+        p = subprocess.run(probe, capture_output=True, text=True, env=wenv, stdin=subprocess.DEVNULL)
+        imported = p.stderr.rsplit("imported:", 1)[-1].split() if "imported:" in p.stderr else ["?"]
+    lines = path.read_bytes().count(b"\n")
+    print()
+    print(f"one file: {path} ({lines} lines)")
+    print()
+    print(f"| {'run':<28} | {'seconds':>7} | {'CPU s':>6} |")
+    print(f"|{'-' * 30}|{'-' * 9}|{'-' * 8}|")
+    out = {}
+    for name, runs in rows.items():
+        t, c = med(r[0] for r in runs), med(r[1] for r in runs)
+        out[name] = {"s": t, "cpu_s": c}
+        print(f"| {name:<28} | {t:>7.2f} | {c:>6.2f} |")
+    print()
+    print(f"targets: cold ≤ 0.50 s, warm ≤ 0.25 s; the warm run imported "
+          f"{', '.join(imported) if imported else 'none'} of {', '.join(NOT_ON_A_WARM_RUN)}")
+    out["warm_imported"] = imported
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("folder", type=Path)
+    ap.add_argument("folder", type=Path, nargs="?")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each measurement")
     ap.add_argument("--statistic", choices=["min", "median"], default="min", help="how the runs are summarised")
     ap.add_argument("--jobs", type=int, default=None, help="perflint --jobs (default: every core)")
     ap.add_argument("--json", type=Path, help="also write the numbers here")
+    ap.add_argument("--formats", action="store_true", help="also time every output format on FOLDER")
+    ap.add_argument("--one-file", type=Path, metavar="FILE", help="time start-up on one small file")
     args = ap.parse_args()
+    med = min if args.statistic == "min" else statistics.median
+    extra: dict = {}
+    if args.one_file is not None:
+        extra["one_file"] = one_file_table(args.one_file, args.repeat, med)
+    if args.folder is None:
+        if args.one_file is None:
+            ap.error("give a FOLDER, --one-file FILE, or both")
+        if args.json:
+            args.json.write_text(json.dumps(extra, indent=2) + "\n")
+        return
     folder = args.folder.resolve()
+    print()
 
     files = _files(folder)
     lines = 0
@@ -130,7 +247,6 @@ def main() -> None:
             if warm_findings != findings:
                 raise SystemExit(f"warm run found {warm_findings} findings, cold {findings}")
     load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    med = min if args.statistic == "min" else statistics.median
     floor, cold, warm = med(floor_runs), med(cold_runs), med(warm_runs)
 
     n = len(files)
@@ -154,8 +270,10 @@ def main() -> None:
     if load_before > cores * 0.5 or load_after > cores * 0.5:
         print(f"note: other processes were running (load average above {cores * 0.5:.1f}); "
               "wall-clock ratios are pessimistic, the CPU column is not")
+    if args.formats:
+        extra["formats"] = format_table(folder, args.jobs, args.repeat, med)
     if args.json:
-        args.json.write_text(json.dumps({
+        args.json.write_text(json.dumps({**extra,
             "folder": folder.name, "files": n, "lines": lines, "cores": cores, "findings": findings,
             "repeat": args.repeat, "statistic": args.statistic, "floor_s": floor, "cold_s": cold, "warm_s": warm,
             "cold_over_floor": cold / floor, "warm_speedup": cold / warm,

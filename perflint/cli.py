@@ -7,8 +7,6 @@ are still checked and reported).
 
 from __future__ import annotations
 
-import difflib
-import json
 import os
 import sys
 from pathlib import Path
@@ -67,6 +65,8 @@ def selection_options(f):
         click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: one per CPU)."),
         click.option("--no-cache", is_flag=True, help="Do not read or write the result cache (.perflint_cache)."),
         click.option("-q", "--quiet", is_flag=True, help="Print findings only: no summary, no progress bar."),
+        click.option("--stdin-filename", metavar="PATH", help="Read the source from standard input and report it "
+                     "under PATH (its configuration and excludes apply); the same as giving `-` as the only path."),
     ]
     for opt in reversed(options):
         f = opt(f)
@@ -112,21 +112,25 @@ def _progress_factory(quiet: bool):
     return progress, factory
 
 
-_ERROR_LABEL = {"syntax-error": "syntax error: ", "internal-error": "internal error: ", "config-error": "",
+_ERROR_LABEL = {"syntax-error": "syntax error: ", "internal-error": "internal error: ", "config-error": "", "parse-error": "",
                 "decode-error": "", "io-error": "", "notebook-error": "", "fix-error": "not fixed: "}
 
 
-def _print_errors(errors) -> None:
+def _print_errors(errors, warnings=()) -> None:
     """One line per problem on stderr: the path and the cause."""
+    if not errors and not warnings:
+        return
     from rich.markup import escape
 
     err = _console(stderr=True)
+    for w in warnings:
+        err.print(f"[bold yellow]warning[/]: {escape(display_path(w.path))}: {escape(w.message)}", highlight=False)
     for e in errors:
         label = _ERROR_LABEL.get(e.kind.value, "")
         err.print(f"[bold red]error[/]: {escape(display_path(e.path))}: {escape(label + e.message)}", highlight=False)
 
 
-def _source_lines(results) -> dict:
+def _source_lines(results, given: dict | None = None) -> dict:
     """The source line of every finding, for the `full` format (read after any fix)."""
     from perflint.source import SourceError, read_source
 
@@ -135,7 +139,7 @@ def _source_lines(results) -> dict:
         if not r.diagnostics:
             continue
         try:
-            src = read_source(r.path, r.fixed_bytes)
+            src = read_source(r.path, r.fixed_bytes if r.fixed_bytes is not None else (given or {}).get(r.path))
         except SourceError:
             continue
         if src.notebook is not None:
@@ -161,33 +165,39 @@ def _cell_source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else str(src)
 
 
-def _render(outcome, output_format: str, unsafe: bool, statistics: bool, quiet: bool, fixed: int = 0) -> None:
-    from perflint.report import machine, text
-
+def _render(outcome, output_format: str, unsafe: bool, statistics: bool, quiet: bool, fixed=(0, 0),
+            stderr: bool = False, given: dict | None = None) -> None:
     results = outcome.results
-    console = _console()
+    if output_format in ("json", "sarif", "github"):
+        from perflint.report import machine
     if statistics:
         if output_format == "json":
-            click.echo(machine.statistics_json(results, unsafe))
+            click.echo(machine.statistics_json(results, unsafe), err=stderr)
         else:
-            text.statistics(console, results, unsafe)
+            from perflint.report import text
+
+            text.statistics(_console(stderr=stderr), results, unsafe)
         return
     if output_format == "json":
-        click.echo(machine.to_json(results))
+        click.echo(machine.to_json(results), err=stderr)
     elif output_format == "sarif":
-        click.echo(machine.to_sarif(results))
+        click.echo(machine.to_sarif(results), err=stderr)
     elif output_format == "github":
         out = machine.to_github(results)
         if out:
-            click.echo(out)
-    elif output_format == "concise":
-        text.concise(console, results, unsafe)
-        if not quiet:
-            text.summary(console, results, unsafe, fixed, errors=len(outcome.all_errors))
+            click.echo(out, err=stderr)
     else:
-        text.full(console, results, unsafe, _source_lines(results))
+        from perflint.report import text
+
+        console = _console(stderr=stderr)
+        if output_format == "concise":
+            text.concise(console, results, unsafe)
+        else:
+            text.full(console, results, unsafe, _source_lines(results, given))
         if not quiet:
-            text.summary(console, results, unsafe, fixed, errors=len(outcome.all_errors))
+            text.summary(console, results, unsafe, fixed[0], errors=len(outcome.all_errors), files=outcome.files,
+                         uncovered=fixed[1],
+                         config_errors=any(e.kind.value == "config-error" for e in outcome.all_errors))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -196,19 +206,35 @@ def main() -> None:
     """perflint: find and fix PyTorch training-performance anti-patterns."""
 
 
+def _stdin_source(paths, stdin_filename) -> bytes | None:
+    """The bytes of standard input when the run checks it (`-` as the only path, or
+    --stdin-filename without paths), else None."""
+    if "-" in paths:
+        if len(paths) > 1:
+            raise click.UsageError("`-` (standard input) cannot be combined with other paths")
+    elif not (stdin_filename and not paths):
+        if stdin_filename:
+            raise click.UsageError("--stdin-filename reads standard input: give no paths, or `-`")
+        return None
+    return sys.stdin.buffer.read()
+
+
 def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
          no_respect_gitignore, force_exclude, jobs, no_cache, quiet, output_format, statistics=False,
-         exit_zero=False, fix=False, unsafe_fixes=None, diff=False, show_fixes=False):
+         exit_zero=False, fix=False, unsafe_fixes=None, diff=False, show_fixes=False, stdin_filename=None):
     """The body of `check` and `fix`: run, print, and exit with the right status."""
     from perflint import runner
 
     resolver = _resolver(select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
                          no_respect_gitignore, unsafe=unsafe_fixes)
-    progress, factory = _progress_factory(quiet or (output_format != "full" and output_format != "concise"))
+    stdin = _stdin_source(paths, stdin_filename)
+    progress, factory = (None, None) if stdin is not None else _progress_factory(
+        quiet or (output_format != "full" and output_format != "concise"))
     try:
         outcome = runner.run(
-            list(paths) or ["."], resolver, fix=fix, diff=diff, with_edits=output_format == "json",
+            list(paths) or ["."], resolver, fix=fix, diff=diff,
             use_cache=not no_cache, jobs=jobs, force_exclude=force_exclude, progress=factory,
+            stdin=stdin, stdin_filename=stdin_filename,
         )
     except Exception as exc:  # noqa: BLE001 - a bug: one line, not a traceback
         if progress is not None:
@@ -224,20 +250,35 @@ def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exc
         if progress is not None:
             progress.stop()
     errors = outcome.all_errors
-    _print_errors(errors)
+    _print_errors(errors, outcome.warnings)
     unsafe = bool(unsafe_fixes) if unsafe_fixes is not None else outcome.unsafe_any
     changed = [r for r in outcome.results if r.fixed_bytes is not None]
-    fixed = sum(sum(r.fixes_applied.values()) for r in changed)
-    if diff:
+    from perflint.report.counts import fixed_counts
+
+    fixed, uncovered = fixed_counts(changed)
+    given = {r.path: stdin for r in outcome.results} if stdin is not None else None
+    if fix and stdin is not None and not diff:
+        # The fixed source (or the source as it came, when nothing changed or it could not
+        # be checked) on stdout; what is left on stderr.
+        out = changed[0].fixed_bytes if changed else stdin
+        sys.stdout.flush()
+        sys.stdout.buffer.write(out)
+        sys.stdout.buffer.flush()
+        if show_fixes:
+            _show_fixes(changed, stderr=True)
+        _render(outcome, output_format, unsafe, statistics, quiet, fixed=(fixed, uncovered), stderr=True,
+                given=given)
+    elif diff:
         for r in changed:
             click.echo(_unified_diff(r), nl=False)
         if not quiet:
-            n = fixed
-            click.echo(f"Would fix {n} finding{'s' if n != 1 else ''}." if n else "No fixes available.", err=True)
+            click.echo(_fixed_line("Would fix", fixed, uncovered) if fixed or uncovered else "No fixes available.",
+                       err=True)
     else:
         if show_fixes and fix:
             _show_fixes(changed)
-        _render(outcome, output_format, unsafe, statistics, quiet, fixed=fixed if fix else 0)
+        _render(outcome, output_format, unsafe, statistics, quiet, fixed=(fixed, uncovered) if fix else (0, 0),
+                given=given)
     if errors:
         sys.exit(EXIT_ERROR)
     if diff:
@@ -247,23 +288,37 @@ def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exc
     sys.exit(EXIT_CLEAN)
 
 
-def _show_fixes(changed) -> None:
+def _fixed_line(verb: str, fixed: int, uncovered: int) -> str:
+    """The count line: `Fixed 3 findings.`, `Would fix 1 finding (and 2 more that the fixes uncover).`"""
+    line = f"{verb} {fixed} finding{'s' if fixed != 1 else ''}"
+    if uncovered:
+        line += f" (and {uncovered} more that the fixes uncover{'ed' if verb == 'Fixed' else ''})"
+    return line + "."
+
+
+def _show_fixes(changed, stderr: bool = False) -> None:
     from rich.markup import escape
 
+    from perflint.report.counts import fixed_counts
     from perflint.rules import all_rules
 
-    console = _console()
+    console = _console(stderr=stderr)
     registry = all_rules()
-    total = sum(sum(r.fixes_applied.values()) for r in changed)
-    if not total:
+    total, uncovered = fixed_counts(changed)
+    if not total and not uncovered:
         console.print("No findings fixed.")
         return
-    console.print(f"Fixed {total} finding{'s' if total != 1 else ''}:")
+    console.print(_fixed_line("Fixed", total, uncovered).rstrip(".") + ":")
     for r in changed:
         console.print(f"- {escape(display_path(r.path))}:")
-        for code, n in sorted(r.fixes_applied.items()):
+        for code in sorted(set(r.fixes_applied) | set(r.fixes_uncovered)):
             name = registry[code].name if code in registry else ""
-            console.print(f"    {n} × {code} ({name})")
+            n, more = r.fixes_applied.get(code, 0), r.fixes_uncovered.get(code, 0)
+            extra = f" (+{more} that the fixes uncovered)" if more else ""
+            if n:
+                console.print(f"    {n} × {code} ({name}){extra}")
+            else:
+                console.print(f"    {more} × {code} ({name}), that the fixes uncovered")
     console.print()
 
 
@@ -275,7 +330,7 @@ output_format_option = click.option(
 
 
 @main.command()
-@click.argument("paths", nargs=-1, type=click.Path())
+@click.argument("paths", nargs=-1, type=click.Path(readable=False, allow_dash=True))
 @selection_options
 @output_format_option
 @click.option("--statistics", is_flag=True, help="Print a count of findings by rule instead of the findings.")
@@ -285,22 +340,23 @@ output_format_option = click.option(
 @click.option("--diff", is_flag=True, help="With --fix (implied): print a unified diff of the fixes and write nothing.")
 @click.option("--show-fixes", is_flag=True, help="With --fix: list the fixes applied, by file and rule.")
 def check(paths, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
-          no_respect_gitignore, force_exclude, jobs, no_cache, quiet, output_format, statistics, exit_zero,
-          fix, unsafe_fixes, diff, show_fixes):
+          no_respect_gitignore, force_exclude, jobs, no_cache, quiet, stdin_filename, output_format, statistics,
+          exit_zero, fix, unsafe_fixes, diff, show_fixes):
     """Report anti-patterns in PATHS (default: the current folder).
 
     Finds .py files and Jupyter notebooks, honouring .gitignore and the configured
     excludes; files named explicitly are always checked (unless --force-exclude).
+    `-` (or --stdin-filename) checks the source given on standard input.
     """
     _run(paths, select=select, extend_select=extend_select, ignore=ignore, target_torch=target_torch,
          config_file=config_file, exclude=exclude, extend_exclude=extend_exclude,
          no_respect_gitignore=no_respect_gitignore, force_exclude=force_exclude, jobs=jobs, no_cache=no_cache,
          quiet=quiet, output_format=output_format, statistics=statistics, exit_zero=exit_zero,
-         fix=fix or diff, unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes)
+         fix=fix or diff, unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes, stdin_filename=stdin_filename)
 
 
 @main.command()
-@click.argument("paths", nargs=-1, type=click.Path())
+@click.argument("paths", nargs=-1, type=click.Path(readable=False, allow_dash=True))
 @selection_options
 @click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Apply unsafe fixes too (default: [tool.perflint] unsafe-fixes).")
 @click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing (exit 1 if there is a diff).")
@@ -308,21 +364,24 @@ def check(paths, select, extend_select, ignore, target_torch, config_file, exclu
 @output_format_option
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2).")
 def fix(paths, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude, no_respect_gitignore,
-        force_exclude, jobs, no_cache, quiet, unsafe_fixes, diff, show_fixes, output_format, exit_zero):
+        force_exclude, jobs, no_cache, quiet, stdin_filename, unsafe_fixes, diff, show_fixes, output_format, exit_zero):
     """Apply safe fixes (and unsafe ones with --unsafe-fixes) to PATHS, then report what is left.
 
     A fixed file is written only if it still parses, through a temporary file renamed over
     the original; its encoding, BOM and line endings are kept.  Notebooks get their code
-    cells rewritten and nothing else.
+    cells rewritten and nothing else.  `-` (or --stdin-filename) fixes the source given on
+    standard input and writes the fixed source to standard output (findings go to stderr).
     """
     _run(paths, select=select, extend_select=extend_select, ignore=ignore, target_torch=target_torch,
          config_file=config_file, exclude=exclude, extend_exclude=extend_exclude,
          no_respect_gitignore=no_respect_gitignore, force_exclude=force_exclude, jobs=jobs, no_cache=no_cache,
          quiet=quiet, output_format=output_format, exit_zero=exit_zero, fix=True, unsafe_fixes=unsafe_fixes,
-         diff=diff, show_fixes=show_fixes)
+         diff=diff, show_fixes=show_fixes, stdin_filename=stdin_filename)
 
 
 def _unified_diff(r) -> str:
+    import difflib
+
     from perflint.source import read_source
 
     before = read_source(r.path, r.original_bytes)
@@ -364,32 +423,34 @@ def rule(code, show_all, output_format):
     else:
         raise click.UsageError("give a rule code, or --all")
     if output_format == "json":
+        import json
+
         data = [_rule_json(r) for r in chosen]
         click.echo(json.dumps(data if show_all else data[0], indent=2))
         return
+    console = _console()
+    if not console.is_terminal:
+        # Piped or redirected: the markdown itself, every line whole (no wrapping at a
+        # width no terminal asked for).
+        click.echo("\n\n".join(_rule_markdown(r) for r in chosen))
+        return
     from rich.markdown import Markdown
 
-    console = _console()
     for r in chosen:
         console.print(Markdown(_rule_markdown(r)))
         console.print()
 
 
 def _rule_markdown(r) -> str:
-    return (f"# {r.code} ({r.name})\n\n*{r.summary}*\n\nFix: **{r.fix_class}** · severity: {r.severity.value} · "
-            f"{'on' if r.default else 'off'} by default · {_versions(r)}\n\n{r.doc()}")
+    from perflint.ruledoc import rule_markdown
+
+    return rule_markdown(r)
 
 
 def _versions(r) -> str:
-    lo = ".".join(map(str, r.min_torch)) if r.min_torch else None
-    hi = ".".join(map(str, r.max_torch)) if r.max_torch else None
-    if lo and hi:
-        return f"target torch {lo} to before {hi}"
-    if lo:
-        return f"target torch ≥ {lo}"
-    if hi:
-        return f"target torch < {hi}"
-    return "all torch versions"
+    from perflint.ruledoc import versions
+
+    return versions(r)
 
 
 def _rule_json(r) -> dict:
@@ -414,6 +475,8 @@ def rules(output_format):
 
     registry = all_rules()
     if output_format == "json":
+        import json
+
         click.echo(json.dumps([_rule_json(r) for r in registry.values()], indent=2))
         return
     from rich.table import Table

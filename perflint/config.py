@@ -22,8 +22,6 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import InvalidVersion, Version
 
 DEFAULT_TARGET = (2, 4)
 DEFAULT_EXCLUDE = (
@@ -206,19 +204,60 @@ def _logical_lines(lines: list[str]) -> list[str]:
     return [line for line in out if line]
 
 
-def _lower_bound(req: Requirement) -> tuple[int, int] | None:
-    lower = None
+_REQ = re.compile(r"^([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[[^\]]*\])?\s*(.*)$")
+_SPEC = re.compile(r"^(~=|===|==|!=|<=|>=|<|>)\s*v?(\d+)(?:\.(\d+))?[\w.*+!-]*$")
+
+
+def _fast_specifiers(line: str) -> tuple[str, list[tuple[str, tuple[int, int]]]] | None:
+    """(name, [(operator, (major, minor))]) of a plain PEP 508 requirement, or None when the
+    line needs the full parser (`packaging`, imported only then: a run's start-up pays for
+    it otherwise)."""
+    m = _REQ.match(line)
+    if m is None:
+        return None
+    name, rest = m.group(1), m.group(2).split(";", 1)[0].strip()
+    if rest.startswith("@"):
+        return name, []
+    if rest.startswith("(") and rest.endswith(")"):
+        rest = rest[1:-1]
+    out = []
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        sm = _SPEC.match(part)
+        if sm is None or "!" in part[len(sm.group(1)):]:  # an epoch, or not a version
+            return None
+        if part.endswith(".*") and sm.group(1) not in ("==", "!="):
+            return None  # not valid PEP 440: the full parser decides
+        out.append((sm.group(1), (int(sm.group(2)), int(sm.group(3) or 0))))
+    return name, out
+
+
+def _specifiers(line: str) -> tuple[str, list[tuple[str, tuple[int, int]]]] | None:
+    fast = _fast_specifiers(line)
+    if fast is not None:
+        return fast
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        req = Requirement(line)
+    except InvalidRequirement:
+        return None
+    out = []
     for spec in req.specifier:
-        if spec.operator not in (">=", "==", "~=", "===", ">"):
-            continue
-        text = spec.version
-        if text.endswith(".*"):
-            text = text[:-2]
+        text = spec.version[:-2] if spec.version.endswith(".*") else spec.version
         try:
             v = Version(text)
         except InvalidVersion:
             continue
-        cand = (v.major, v.minor)
+        out.append((spec.operator, (v.major, v.minor)))
+    return req.name, out
+
+
+def _lower_bound(specs: list[tuple[str, tuple[int, int]]]) -> tuple[int, int] | None:
+    lower = None
+    for op, cand in specs:
+        if op not in (">=", "==", "~=", "===", ">"):
+            continue
         lower = cand if lower is None else max(lower, cand)
     return lower
 
@@ -232,16 +271,13 @@ def torch_lower_bound(requirements: list[str]) -> tuple[int, int] | None:
     """
     best: tuple[int, int] | None = None
     for line in _logical_lines(requirements):
-        if line.startswith("-"):
+        if line.startswith("-") or "torch" not in line.lower():
             continue
         line = _OPTION.split(line, 1)[0].strip()
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
+        parsed = _specifiers(line)
+        if parsed is None or parsed[0].lower() != "torch":
             continue
-        if req.name.lower() != "torch":
-            continue
-        lower = _lower_bound(req)
+        lower = _lower_bound(parsed[1])
         if lower is not None:
             best = lower if best is None else min(best, lower)
     return best

@@ -101,6 +101,8 @@ class ErrorKind(str, Enum):
     IO = "io-error"
     DECODE = "decode-error"
     SYNTAX = "syntax-error"
+    # CPython parses the file, perflint's parser (libcst) does not: not the user's error.
+    PARSE = "parse-error"
     NOTEBOOK = "notebook-error"
     CONFIG = "config-error"
     FIX = "fix-error"
@@ -127,7 +129,8 @@ class FileResult:
     # Set by `fix`: the new file bytes (None when nothing changed) and how many fixes went in.
     fixed_bytes: bytes | None = None
     original_bytes: bytes | None = None
-    fixes_applied: dict[str, int] = field(default_factory=dict)
+    fixes_applied: dict[str, int] = field(default_factory=dict)  # findings fixed, by code
+    fixes_uncovered: dict[str, int] = field(default_factory=dict)  # ... that only the fixes brought up
     from_cache: bool = False
     skipped: bool = False  # the prefilter proved no selected rule can fire
     # Cross-module analysis: the file's module summary (when asked for), the questions its

@@ -30,6 +30,8 @@ SUFFIXES = (".py", ".ipynb")
 class Discovered:
     files: list[tuple[Path, Settings]] = field(default_factory=list)
     errors: list[FileError] = field(default_factory=list)
+    # Skipped entries worth a word that are not errors (a dangling link inside a folder).
+    warnings: list[FileError] = field(default_factory=list)
 
 
 @lru_cache(maxsize=64)
@@ -258,10 +260,13 @@ def _walk_dir(top: Path, resolver: _SafeResolver, ignores: _Ignores, out: Discov
             if not (is_dir or is_file):
                 if entry.is_symlink():
                     problem = _link_problem(Path(entry.path))
-                    # A loop is always a problem; a dangling link only where a file to
-                    # check was meant to be.
-                    if problem == "symbolic link loop" or (problem and suffix in SUFFIXES):
+                    # A loop is always a problem.  A dangling link met while walking is
+                    # skipped with a warning where a file to check was meant to be (a file
+                    # named on the command line that is a dangling link is an error).
+                    if problem == "symbolic link loop":
                         out.errors.append(FileError(entry.path, ErrorKind.IO, problem))
+                    elif problem and suffix in SUFFIXES:
+                        out.warnings.append(FileError(entry.path, ErrorKind.IO, f"{problem}; skipped"))
                 elif suffix in SUFFIXES:
                     out.errors.append(FileError(entry.path, ErrorKind.IO, "not a regular file"))
                 continue

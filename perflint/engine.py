@@ -15,8 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import traceback
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -32,7 +30,6 @@ from perflint.diagnostics import (
     Fix,
     Location,
 )
-from perflint.noqa import parse_suppressions
 from perflint.source import Source, SourceError, read_source
 
 MAX_FIX_PASSES = 10
@@ -45,7 +42,7 @@ class LintOptions:
 
     codes: tuple[str, ...]
     target_torch: tuple[int, int] = (2, 4)
-    with_edits: bool = False
+    with_edits: bool = True  # each fix's text edits (JSON output); cached with the findings
     prefilter: bool = True
 
     def fingerprint(self) -> str:
@@ -116,6 +113,22 @@ def _parse_module(text: str):
         CSTNode.__post_init__ = original  # type: ignore[method-assign]
 
 
+CANNOT_PARSE = "perflint cannot parse this file (Python can)"
+
+
+def _mixed_indentation(text: str) -> bool:
+    """Whether some line's indentation holds both tabs and spaces, or lines differ in which they use."""
+    kinds = set()
+    for line in text.splitlines():
+        lead = line[: len(line) - len(line.lstrip(" \t"))]
+        if not lead or not line.strip():
+            continue
+        if " " in lead and "\t" in lead:
+            return True
+        kinds.add(lead[0])
+    return len(kinds) > 1
+
+
 def _parse(text: str, path: str):
     import libcst as cst
 
@@ -125,8 +138,11 @@ def _parse(text: str, path: str):
         better = _cpython_syntax_error(text)
         if better is not None:
             return None, FileError(path, ErrorKind.SYNTAX, better)
+        # CPython accepts the file: the limit is perflint's parser, not the user's code.
         msg = str(exc.message).splitlines()[0] if exc.message else "invalid syntax"
-        return None, FileError(path, ErrorKind.SYNTAX, f"line {exc.raw_line}, column {exc.raw_column + 1}: {msg}")
+        hint = " (indentation mixes tabs and spaces)" if _mixed_indentation(text) else ""
+        return None, FileError(path, ErrorKind.PARSE, f"{CANNOT_PARSE}: line {exc.raw_line}, column "
+                                                      f"{exc.raw_column + 1}: {msg}{hint}")
     except RecursionError:
         return None, FileError(path, ErrorKind.SYNTAX, "too deeply nested to parse")
     except Exception as exc:  # noqa: BLE001 - libcst raises assorted errors on odd input
@@ -169,6 +185,8 @@ def _analyze(text: str, path: str, rules, target, project=None) -> _Analysis | F
             for v in rule.check(facts):
                 findings.append((rule, v))
         except Exception as exc:  # noqa: BLE001 - one broken rule must not take the run down
+            import traceback
+
             where = traceback.extract_tb(exc.__traceback__)[-1]
             errors.append(
                 FileError(
@@ -187,9 +205,17 @@ def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOp
     if not analysis.findings:
         return []
     module = analysis.module
-    offsets = node_offsets(module, [v.node for _, v in analysis.findings])
+    whole: dict = {}
+    replaced = [n for _, v in analysis.findings if v.fix is not None for n in v.fix.replacements] \
+        if options.with_edits else []
+    offsets = node_offsets(module, [v.node for _, v in analysis.findings], whole, replaced)
+    from perflint.noqa import parse_suppressions
+
     lines = LineIndex(text)
     sup = parse_suppressions(text)
+    edits_of: dict[int, tuple[Edit, ...]] = {}
+    if options.with_edits:
+        edits_of = _fix_edits(analysis, text, lines, src, sup, offsets, whole)
     out = []
     for rule, v in analysis.findings:
         if v.node not in offsets:
@@ -208,10 +234,7 @@ def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOp
             message += _called_from(analysis.facts, v.node)
         fix = None
         if v.fix is not None:
-            edits: tuple[Edit, ...] = ()
-            if options.with_edits:
-                edits = _edits_for(module, text, v.fix, lines, src)
-            fix = Fix(v.fix.applicability, v.fix.message, edits)
+            fix = Fix(v.fix.applicability, v.fix.message, edits_of.get(id(v.fix), ()))
         out.append(
             Diagnostic(
                 code=rule.code,
@@ -226,6 +249,28 @@ def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOp
         )
     out.sort(key=lambda d: d.sort_key)
     return _dedupe(out)
+
+
+def _fix_edits(analysis: _Analysis, text: str, lines, src: Source, sup, offsets, whole: dict) -> dict[int, tuple[Edit, ...]]:
+    """id(fix plan) → the edits of that fix (see `perflint.fixedits`), for the findings
+    that are reported."""
+    from perflint import fixedits
+
+    plans = []
+    seen: set[int] = set()
+    for rule, v in analysis.findings:
+        if v.fix is None or id(v.fix) in seen or v.node not in offsets:
+            continue
+        if sup.suppressed(rule.code, lines.row_col(offsets[v.node][0])[0]):
+            continue
+        seen.add(id(v.fix))
+        plans.append(v.fix)
+    if not plans:
+        return {}
+    module = analysis.module
+    by_plan = fixedits.plan_edits(module, text, plans, whole,
+                                  alone=lambda p: fixedits.edits_alone(module, text, p, _apply))
+    return {k: fixedits.to_edits(v, lines, src.notebook) for k, v in by_plan.items()}
 
 
 # Rules whose findings are about code that runs on every step of a loop.
@@ -254,32 +299,6 @@ def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
             seen.add(key)
             out.append(d)
     return out
-
-
-def _edits_for(module, text: str, plan, lines, src: Source) -> tuple[Edit, ...]:
-    """One edit covering what applying just this fix changes in the text."""
-    try:
-        new = _apply(module, [plan]).code
-    except Exception:  # noqa: BLE001
-        return ()
-    if new == text:
-        return ()
-    start = 0
-    limit = min(len(text), len(new))
-    while start < limit and text[start] == new[start]:
-        start += 1
-    end_old, end_new = len(text), len(new)
-    while end_old > start and end_new > start and text[end_old - 1] == new[end_new - 1]:
-        end_old -= 1
-        end_new -= 1
-    r1, c1 = lines.row_col(start)
-    r2, c2 = lines.row_col(end_old)
-    if src.notebook is not None:
-        cell1, r1 = src.notebook.locate(r1)
-        cell2, r2 = src.notebook.locate(r2)
-        if cell1 != cell2:
-            return ()
-    return (Edit(new[start:end_new], Location(r1, c1), Location(r2, c2)),)
 
 
 def _apply(module, plans):
@@ -428,8 +447,12 @@ def fix_text(
     suppressions_text: str | None = None,
     fixable: Callable[[str], bool] | None = None,
     project=None,
+    first: list | None = None,
 ) -> tuple[str, dict[str, int], list[FileError]]:
-    """Apply fixes to a fixed point. Returns (new text, fixes applied by code, errors).
+    """Apply fixes to a fixed point. Returns (new text, findings fixed by code, errors).
+
+    A fix that several findings share counts once for each of them (a finding is what a
+    user sees).  `first`, when given, receives the analysis of the text as it came.
 
     The text is only ever replaced by a version that parses: when a pass produces code that
     does not parse, the fixes that break it on their own are dropped and reported (their
@@ -444,9 +467,14 @@ def fix_text(
         if isinstance(analysis, FileError):
             errors.append(analysis)
             return text, applied, errors
+        if first is not None and not first:
+            first.append(analysis)
+        from perflint.noqa import parse_suppressions
+
         sup = parse_suppressions(text)
         plans = []
         codes = []
+        counts: list[dict[str, int]] = []  # per plan: the findings it fixes, by code
         if analysis.findings:
             from perflint.positions import LineIndex, node_offsets
 
@@ -464,30 +492,35 @@ def fix_text(
                     continue
                 if v.node in offsets and sup.suppressed(rule.code, lines.row_col(offsets[v.node][0])[0]):
                     continue
-                if any(p is v.fix for p in plans):
+                shared = next((i for i, p in enumerate(plans) if p is v.fix), None)
+                if shared is not None:
+                    counts[shared][rule.code] = counts[shared].get(rule.code, 0) + 1
                     continue
                 plans.append(v.fix)
                 codes.append(rule.code)
+                counts.append({rule.code: 1})
         if not plans:
             return text, applied, errors
         chosen = _non_overlapping(analysis.facts, plans)
         chosen_codes = [codes[next(i for i, p in enumerate(plans) if p is plan)] for plan in chosen]
+        chosen_counts = [counts[next(i for i, p in enumerate(plans) if p is plan)] for plan in chosen]
         new_text, perr = _apply_and_parse(analysis.module, chosen, path)
         if perr is not None:
             # Find the fixes that break the file on their own; apply the others.
-            good, good_codes = [], []
-            for plan, code in zip(chosen, chosen_codes):
+            good, good_codes, good_counts = [], [], []
+            for plan, code, count in zip(chosen, chosen_codes, chosen_counts):
                 solo_text, solo_err = _apply_and_parse(analysis.module, [plan], path)
                 if solo_err is None:
                     good.append(plan)
                     good_codes.append(code)
+                    good_counts.append(count)
                 elif code not in broken:
                     broken.add(code)
                     errors.append(FileError(
                         path, ErrorKind.FIX,
                         f"a fix for {code} produced code that does not parse ({solo_err}); not applied; {BUG_HINT}",
                     ))
-            chosen, chosen_codes = good, good_codes
+            chosen, chosen_codes, chosen_counts = good, good_codes, good_counts
             if not chosen:
                 return text, applied, errors
             new_text, perr = _apply_and_parse(analysis.module, chosen, path)
@@ -500,8 +533,9 @@ def fix_text(
                 return text, applied, errors
         if new_text == text:
             return text, applied, errors
-        for code in chosen_codes:
-            applied[code] = applied.get(code, 0) + 1
+        for count in chosen_counts:
+            for code, n in count.items():
+                applied[code] = applied.get(code, 0) + n
         text = new_text
     errors.append(FileError(path, ErrorKind.FIX, f"fixes did not settle after {MAX_FIX_PASSES} passes; {BUG_HINT}"))
     return text, applied, errors
@@ -514,6 +548,7 @@ def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, 
         result.errors.append(src)
         return result
     result.original_bytes = src.raw
+    first_src = src
     rules = _rules_for(options)
     if options.prefilter and not any(tok in src.raw for tok in prefilter_tokens(rules)):
         result.skipped = True
@@ -521,8 +556,10 @@ def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, 
         if err is not None:
             result.errors.append(_in_cell(err, src))
         return result
-    new_text, applied, errors = fix_text(src.text, path, options, unsafe, fixable=fixable, project=project)
-    if any(e.kind is ErrorKind.SYNTAX for e in errors):
+    first: list = []
+    new_text, applied, errors = fix_text(src.text, path, options, unsafe, fixable=fixable, project=project,
+                                         first=first)
+    if any(e.kind in (ErrorKind.SYNTAX, ErrorKind.PARSE) for e in errors):
         result.errors.extend(_in_cell(e, src) for e in errors)
         return result
     result.errors.extend(_in_cell(e, src) for e in errors)
@@ -555,7 +592,47 @@ def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, 
         result.diagnostics = _to_diagnostics(src, src.text, analysis, options)
     except Exception as exc:  # noqa: BLE001
         result.errors.append(FileError(path, ErrorKind.INTERNAL, f"reporting failed ({type(exc).__name__}: {exc}); {BUG_HINT}"))
+    if result.fixes_applied and first and not isinstance(first[0], FileError):
+        result.fixes_applied, result.fixes_uncovered = _split_fixed(
+            result.fixes_applied, first_src, first[0], result.diagnostics, options, unsafe, fixable)
     return result
+
+
+def _split_fixed(applied: dict[str, int], src: Source, before, after: list[Diagnostic], options: LintOptions,
+                 unsafe: bool, fixable) -> tuple[dict[str, int], dict[str, int]]:
+    """Split the findings fixed, by code, into those the unfixed file reported and those
+    the fixes uncovered (a finding that only exists once another fix is in).
+
+    A reported finding is fixed when `check` counted it as fixable and fixing leaves no
+    fixable finding in its place: by its own fix, or by another that makes it moot (an
+    autocast region settles the TF32 advice on the matmuls inside it).
+    """
+    from perflint.report.counts import is_fixable
+
+    def fixable_by_code(diags) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for d in diags:
+            if is_fixable(d, unsafe) and (fixable is None or fixable(d.code)):
+                out[d.code] = out.get(d.code, 0) + 1
+        return out
+
+    try:
+        from dataclasses import replace
+
+        reported = fixable_by_code(_to_diagnostics(src, src.text, before, replace(options, with_edits=False)))
+    except Exception:  # noqa: BLE001 - counting must not fail a fix
+        return applied, {}
+    left = fixable_by_code(after)
+    original: dict[str, int] = {}
+    uncovered: dict[str, int] = {}
+    for code in sorted(set(applied) | set(reported)):
+        mine = max(0, reported.get(code, 0) - left.get(code, 0))
+        if mine:
+            original[code] = mine
+        more = applied.get(code, 0) - mine
+        if more > 0:
+            uncovered[code] = more
+    return original, uncovered
 
 
 def fix_source(text: str, *, unsafe: bool = False, codes: Sequence[str] | None = None,
@@ -568,7 +645,7 @@ def fix_source(text: str, *, unsafe: bool = False, codes: Sequence[str] | None =
 
     options = LintOptions(codes=tuple(codes or all_rules()), target_torch=target_torch, prefilter=False)
     new, _, errors = fix_text(text, path, options, unsafe)
-    syntax = [e for e in errors if e.kind is ErrorKind.SYNTAX]
+    syntax = [e for e in errors if e.kind in (ErrorKind.SYNTAX, ErrorKind.PARSE)]
     if syntax:
         raise ValueError(syntax[0].one_line())
     return new
@@ -699,7 +776,7 @@ def run_jobs(
 
 def _pool_run(jobs, order, out, workers, progress, on_start):
     import multiprocessing
-    from concurrent.futures import as_completed
+    from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
     ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None

@@ -20,11 +20,30 @@ _NEWLINE = re.compile(r"\r\n?|\n")
 
 
 class _State(CodegenState):
-    def __init__(self, module: cst.Module, targets: set[cst.CSTNode]) -> None:
+    def __init__(self, module: cst.Module, targets: set[cst.CSTNode], whole: set[int] | None = None) -> None:
         super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
         self.offset = 0
         self.targets = targets
         self.found: dict[cst.CSTNode, tuple[int, int]] = {}
+        # Whole ranges (everything a node writes) and the indentation in force, by id(node).
+        self.whole = whole or set()
+        self.whole_open: dict[int, tuple[int, tuple[str, ...]]] = {}
+        self.whole_found: dict[int, tuple[int, int, tuple[str, ...]]] = {}
+
+    def before_codegen(self, node) -> None:
+        if self.whole and id(node) in self.whole and id(node) not in self.whole_open:
+            self.whole_open[id(node)] = (self.offset, tuple(self.indent_tokens))
+
+    def after_codegen(self, node) -> None:
+        if self.whole:
+            key = id(node)
+            if key in self.whole and key in self.whole_open and key not in self.whole_found:
+                start, indent = self.whole_open[key]
+                self.whole_found[key] = (start, self.offset, indent)
+
+    def pop_trailing_newline(self) -> None:
+        if self.tokens and self.tokens[-1] == self.default_newline:
+            self.offset -= len(self.tokens.pop())
 
     def add_indent_tokens(self) -> None:
         for tok in self.indent_tokens:
@@ -70,11 +89,21 @@ class LineIndex:
         return self.starts[row - 1] + column - 1
 
 
-def node_offsets(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> dict[cst.CSTNode, tuple[int, int]]:
-    """Character ranges (start, end) in `module.code` for the given nodes."""
+def node_offsets(module: cst.Module, nodes: Iterable[cst.CSTNode], whole: dict | None = None,
+                 whole_nodes: Iterable[cst.CSTNode] = ()) -> dict[cst.CSTNode, tuple[int, int]]:
+    """Character ranges (start, end) in `module.code` for the given nodes.
+
+    In the same pass, `whole` (when given) receives, for each of `whole_nodes`, id(node) →
+    (start, end, indentation): all the text the node writes and the indentation in force
+    where it starts (what `perflint.fixedits` needs), and "" → the rendered text.
+    """
     targets = set(nodes)
-    if not targets:
+    want_whole = whole is not None and bool(whole_nodes)
+    if not targets and not want_whole:
         return {}
-    state = _State(module, set(targets))
+    state = _State(module, set(targets), {id(n) for n in whole_nodes} if want_whole else None)
     module._codegen(state)
+    if want_whole:
+        whole.update(state.whole_found)
+        whole[""] = "".join(state.tokens)
     return {n: state.found[n] for n in targets if n in state.found}

@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from pathlib import Path
 
 from perflint import __version__
-from perflint.analysis.project import ProjectIndex, find_root, project_files, read_regular
+from perflint.analysis.project import ProjectIndex, find_root, project_paths, read_regular
 from perflint.cache import code_stamp
 from perflint.source import atomic_write
 
@@ -126,22 +127,98 @@ def _candidate_files(index: ProjectIndex, importer: str, ref: str) -> list[str]:
 _IMPORT_LINE = r"^\s*(?:from\s+[\w.]*\b{0}\b[\w.]*\s+import|import\s+[\w., ]*\b{0}\b|from\s+[.\w]+\s+import\s+[\w, ()]*\b{0}\b)"
 
 
-def importers(all_files: set[str], targets: list[str], skip: set[str]) -> set[str]:
+def importers(all_files: set[str], targets: list[str], skip: set[str], lines: "ImportLines | None" = None) -> set[str]:
     """Project files whose import statements name one of `targets`' modules."""
     stems = {Path(t).stem if Path(t).name != "__init__.py" else Path(t).parent.name for t in targets}
     if not stems:
         return set()
     rx = re.compile("|".join(_IMPORT_LINE.format(re.escape(s)) for s in sorted(stems)).encode(), re.M)
+    lines = lines if lines is not None else ImportLines(None)
     out = set()
     for f in all_files:
         if f in skip:
             continue
-        raw = read_regular(f)
-        if raw is None:
-            continue
-        if rx.search(raw):
+        text = lines.get(f)
+        if text is not None and rx.search(text):
             out.add(f)
     return out
+
+
+FRESH_LIMIT = 16 << 20
+_IMPORT_LINES = re.compile(rb"^\s*(?:from|import)\b[^\n]*", re.M)
+
+
+class ImportLines:
+    """A file's import lines (all that `importers` searches) and content hash, cached by the
+    file's size and modification time: a run that checks one file of a large project does
+    not read every other file again to find the ones that import it, nor the modules it
+    imports to look up their cached summaries."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.path = directory / __version__ / f"imports-{code_stamp()}.json" if directory is not None else None
+        self.entries: dict[str, list] = {}
+        self.fresh: dict[str, bytes] = {}  # the bytes of files read in this run (up to FRESH_LIMIT)
+        self._fresh_bytes = 0
+        self.dirty = False
+        if self.path is not None:
+            try:
+                data = json.loads(self.path.read_text(encoding="utf-8"))
+                if isinstance(data, dict):
+                    self.entries = data
+            except (OSError, ValueError):
+                pass
+
+    def _entry(self, path: str) -> list | None:
+        """[mtime_ns, size, import lines, sha256] of a regular file, read only when its size
+        or modification time changed since it was last read."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        got = self.entries.get(path)
+        if isinstance(got, list) and len(got) == 4 and got[0] == st.st_mtime_ns and got[1] == st.st_size:
+            return got
+        raw = read_regular(path)
+        if raw is None:
+            return None
+        from perflint.cache import digest
+
+        text = b"\n".join(m.group(0) for m in _IMPORT_LINES.finditer(raw))
+        entry = [st.st_mtime_ns, st.st_size, text.decode("latin-1"), digest(raw)]
+        if self._fresh_bytes + len(raw) <= FRESH_LIMIT:
+            self.fresh[path] = raw
+            self._fresh_bytes += len(raw)
+        if self.path is not None:
+            self.entries[path] = entry
+            self.dirty = True
+        return entry
+
+    def get(self, path: str) -> bytes | None:
+        """The file's import lines joined by newlines (None: not a readable regular file)."""
+        entry = self._entry(path)
+        return entry[2].encode("latin-1") if entry is not None else None
+
+    def sha(self, path: str) -> str | None:
+        """The SHA-256 of the file's bytes, or None."""
+        entry = self._entry(path)
+        return entry[3] if entry is not None else None
+
+    def save(self, keep: set[str] | None = None) -> None:
+        if self.path is None:
+            return
+        if keep is not None and len(keep) != len(self.entries):
+            self.entries = {k: v for k, v in self.entries.items() if k in keep}
+            self.dirty = True
+        if not self.dirty:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(str(self.path), json.dumps(self.entries, separators=(",", ":")).encode("utf-8"))
+            self.dirty = False
+        except OSError:
+            pass
 
 
 # A file without any of these cannot offer other files anything the analysis uses, nor
@@ -177,6 +254,9 @@ class ProjectPhase:
         self.options_of = options_of
         self.roots = roots_for([Path(k) for k in keys], given or ["."])
         self.cache = SummaryCache(cache_dir() if use_cache else None)
+        self.import_lines = ImportLines(cache_dir() if use_cache else None)
+        self._seen_files: set[str] = set()
+        self._roots_seen: list[str] = []
         self.abs = {k: os.path.abspath(k) for k in keys}
         self.summaries: dict[str, dict[str, dict]] = {}
         self.indexes: dict[str, ProjectIndex] = {}
@@ -227,7 +307,9 @@ class ProjectPhase:
         from perflint.engine import Job, LintOptions
 
         for root in sorted(self.summaries):
-            all_files = {str(p.absolute()) for p in project_files(Path(root))}
+            all_files = set(project_paths(root))
+            self._seen_files |= all_files
+            self._roots_seen.append(root.rstrip(os.sep) + os.sep)
             all_files |= {a for k, a in self.abs.items() if self.roots[k] == root}
             checked = {a for k, a in self.abs.items() if self.roots[k] == root}
             partial = not all_files <= checked
@@ -240,7 +322,7 @@ class ProjectPhase:
                 for path in list(have):
                     want |= referenced_files(index, path)
                 if partial and round_ < 2 and targets:
-                    found = importers(all_files, targets, skip=set(have) | tried)
+                    found = importers(all_files, targets, skip=set(have) | tried, lines=self.import_lines)
                     targets = sorted(found)
                     want |= found
                 want -= set(have) | tried
@@ -249,15 +331,21 @@ class ProjectPhase:
                 tried |= want
                 jobs = []
                 for f in sorted(want):
-                    raw = read_regular(f)
-                    if raw is None:
-                        continue
-                    sha = digest(raw)
+                    raw = None
+                    sha = self.import_lines.sha(f)  # from the file's size and mtime, when known
+                    if sha is None:
+                        raw = read_regular(f)
+                        if raw is None:
+                            continue
+                        sha = digest(raw)
                     self._sha_of_abs[f] = sha
                     self._root_of_abs[f] = root
                     got = self.cache.get(sha)
                     if got is not None:
                         have[f] = got
+                        continue
+                    raw = raw if raw is not None else self.import_lines.fresh.get(f) or read_regular(f)
+                    if raw is None:
                         continue
                     jobs.append(Job(path=f, options=LintOptions(codes=(), prefilter=False), raw=raw, summarise=True))
                 for r in engine.run_jobs(jobs, workers):
@@ -281,3 +369,8 @@ class ProjectPhase:
 
     def save(self) -> None:
         self.cache.save()
+        # Entries of files that left a project this run walked are dropped; other projects'
+        # entries stay.
+        roots = tuple(self._roots_seen)
+        self.import_lines.save({k for k in self.import_lines.entries
+                                if k in self._seen_files or not k.startswith(roots)})

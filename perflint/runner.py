@@ -7,6 +7,8 @@ the same from run to run.
 
 from __future__ import annotations
 
+import re
+
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,7 @@ ProgressFactory = Callable[[int], "Callable[[FileResult], None] | None"]
 class RunOutcome:
     results: list[FileResult] = field(default_factory=list)
     errors: list[FileError] = field(default_factory=list)  # not tied to one checked file
+    warnings: list[FileError] = field(default_factory=list)  # skipped, not errors (dangling links)
     files: int = 0
     cached: int = 0
     skipped: int = 0
@@ -41,24 +44,47 @@ class RunOutcome:
         return errs
 
 
-def is_test_file(path: Path) -> bool:
-    """A file pytest collects tests from by default (`test_*.py`, `*_test.py`), or a conftest.py.
+_TEST_CONTENT = re.compile(
+    rb"^[ \t]*(?:import[ \t]+(?:pytest|unittest)\b|from[ \t]+(?:pytest|unittest|_pytest)\b"
+    rb"|(?:async[ \t]+)?def[ \t]+test\w*[ \t]*\(|class[ \t]+Test\w*\b)", re.M)
+_TEST_FOLDERS = {"tests", "test", "testing"}
 
-    Test code runs a few steps on tiny inputs on purpose (`num_workers=0`, an `.item()` per
-    assertion): performance warnings there are noise, so only error-severity rules (code
-    that is wrong, not slow) apply, unless `lint-tests = true`.
+
+def is_test_file(path: Path, source: bytes | None = None, root: str | None = None) -> bool:
+    """A test module: named as pytest collects them (`test_*.py`, `*_test.py`) and looking
+    like one, or a conftest.py.
+
+    The name alone is not enough (`train_test.py` is often a training script): the file must
+    also sit in a `tests/` folder, import pytest or unittest, or define `test_*` functions
+    or `Test*` classes. Test code runs a few steps on tiny inputs on purpose
+    (`num_workers=0`, an `.item()` per assertion): performance warnings there are noise, so
+    only error-severity rules (code that is wrong, not slow) apply, unless `lint-tests = true`.
     """
     name = path.name
-    return name == "conftest.py" or (
-        name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
-    )
+    if name == "conftest.py":
+        return True
+    if not (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))):
+        return False
+    folder = path.parent
+    if root is not None:
+        try:
+            folder = path.absolute().parent.relative_to(Path(root).absolute())
+        except ValueError:
+            pass
+    if any(part in _TEST_FOLDERS for part in folder.parts):
+        return True
+    if source is None:
+        from perflint.analysis.project import read_regular
+
+        source = read_regular(str(path)) or b""
+    return _TEST_CONTENT.search(source) is not None
 
 
 def _severity(code: str) -> Severity:
     return severity_of(code)
 
 
-def options_for(path: Path, settings: Settings, with_edits: bool, memo: dict | None = None) -> LintOptions:
+def options_for(path: Path, settings: Settings, with_edits: bool = True, memo: dict | None = None) -> LintOptions:
     if memo is not None:
         if settings not in memo:
             memo[settings] = selected_codes(settings)
@@ -74,7 +100,7 @@ def options_for(path: Path, settings: Settings, with_edits: bool, memo: dict | N
             except (ValueError, OSError, RuntimeError):
                 rel = path.as_posix()
         codes -= ignored_for_path(settings, rel)
-    if not settings.lint_tests and is_test_file(path):
+    if not settings.lint_tests and is_test_file(path, root=settings.root):
         codes = {c for c in codes if _severity(c) is Severity.ERROR}
     return LintOptions(codes=tuple(sorted(codes)), target_torch=settings.effective_target(), with_edits=with_edits)
 
@@ -86,17 +112,32 @@ def run(
     fix: bool = False,
     unsafe: bool | None = None,
     diff: bool = False,
-    with_edits: bool = False,
+    with_edits: bool = True,
     use_cache: bool = True,
     jobs: int | None = None,
     force_exclude: bool = False,
     progress: ProgressFactory | None = None,
+    stdin: bytes | None = None,
+    stdin_filename: str | None = None,
 ) -> RunOutcome:
     """Check (or fix) `paths`.  `progress(n)` is called once the n files to analyse are
-    known and returns a callback for each finished file (or None)."""
+    known and returns a callback for each finished file (or None).
+
+    With `stdin` (the bytes read from standard input) `paths` is ignored: the one file
+    checked is those bytes, reported as `stdin_filename` (configuration, excludes and
+    per-file ignores are those of that path) or "-"; nothing is written.
+    """
     outcome = RunOutcome()
-    found = discover(paths, resolver, force_exclude=force_exclude)
+    given: dict[str, bytes] = {}
+    if stdin is not None:
+        name = str(Path(stdin_filename)) if stdin_filename else STDIN_NAME
+        found = _stdin_file(name, resolver, force_exclude)
+        given[name] = stdin
+        paths = [os.path.dirname(name) or "."] if stdin_filename else ["."]
+    else:
+        found = discover(paths, resolver, force_exclude=force_exclude)
     outcome.errors.extend(found.errors)
+    outcome.warnings.extend(found.warnings)
     outcome.files = len(found.files)
 
     caches: dict[str, Cache] = {}
@@ -115,7 +156,7 @@ def run(
         order.append(key)
         options = options_for(path, settings, with_edits, memo)
         try:
-            raw = read_bytes(key)
+            raw = given[key] if key in given else read_bytes(key)
         except SourceError as exc:
             results[key] = FileResult(path=key, errors=[FileError(key, ErrorKind(exc.kind), exc.message)])
             continue
@@ -178,7 +219,7 @@ def run(
         results[r.path] = r
         if r.skipped:
             outcome.skipped += 1
-    if fix and not diff:
+    if fix and not diff and stdin is None:
         for r in results.values():
             if r.fixed_bytes is not None:
                 _write(r)
@@ -199,7 +240,51 @@ def run(
         proj.save()
         write_snapshot()
     outcome.results = [results[k] for k in order if k in results]
+    _drop_unfixable(outcome.results, settings_for)
     return outcome
+
+
+def _drop_unfixable(results: list[FileResult], settings_for: dict[str, Settings]) -> None:
+    """Findings of codes the configuration makes unfixable (`fixable`/`unfixable`) carry no
+    fix: no `[*]`, not counted as fixable, no edits in the JSON (as in ruff)."""
+    from dataclasses import replace
+
+    memo: dict = {}
+    for r in results:
+        settings = settings_for.get(r.path)
+        if settings is None or not r.diagnostics:
+            continue
+        if settings not in memo:
+            memo[settings] = fixable_codes(settings)
+        allowed = memo[settings]
+        if allowed is None:
+            continue
+        r.diagnostics = [d if d.fix is None or d.code in allowed else replace(d, fix=None) for d in r.diagnostics]
+
+
+STDIN_NAME = "-"
+
+
+def _stdin_file(name: str, resolver: Resolver, force_exclude: bool):
+    """Discovery for source read from standard input: the settings of the path it stands for."""
+    from perflint.config import ConfigError
+    from perflint.discovery import Discovered, _excluded, _Ignores
+
+    out = Discovered()
+    where = Path(name if name != STDIN_NAME else "stdin.py")
+    try:
+        settings = resolver.for_path(where)
+    except ConfigError as exc:
+        path = exc.path or name
+        out.errors.append(FileError(path, ErrorKind.CONFIG, str(exc).removeprefix(f"{path}: ")))
+        return out
+    if force_exclude and name != STDIN_NAME and (
+        _excluded(where, settings, False)
+        or (settings.respect_gitignore and _Ignores().ignored(where, False))
+    ):
+        return out
+    out.files.append((Path(name), settings))
+    return out
 
 
 def _write(r: FileResult) -> None:

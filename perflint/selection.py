@@ -30,7 +30,7 @@ def _registry():
     third of its time; so a run that has not imported them reads the registry snapshot
     that an earlier run of the same perflint build left in the cache folder.
     """
-    if "perflint.rules" not in sys.modules:
+    if "perflint.rules.base" not in sys.modules:
         snap = _cached_snapshot()
         if snap is not None:
             return snap
@@ -40,13 +40,25 @@ def _registry():
 
 
 class _RuleRecord:
-    __slots__ = ("code", "name", "default", "severity")
+    __slots__ = ("code", "name", "default", "severity", "summary", "fix_class", "_doc")
 
-    def __init__(self, code: str, name: str, default: bool, severity: str) -> None:
+    def __init__(self, code: str, name: str, default: bool, severity: str, summary: str = "",
+                 fix_class: str = "none", doc: str = "") -> None:
         from perflint.diagnostics import Severity
 
         self.code, self.name, self.default = code, name, default
         self.severity = Severity(severity)
+        self.summary, self.fix_class, self._doc = summary, fix_class, doc
+
+    def doc(self) -> str:
+        return self._doc
+
+
+def rule_records() -> dict:
+    """Rule code → its name, summary, severity, fix class and documentation: the rule
+    classes, or (before they are imported) the snapshot an earlier run left, so that
+    reporting a cached run (SARIF's rule table) does not import the rules and libcst."""
+    return _registry()
 
 
 def _snapshot_path():
@@ -67,7 +79,8 @@ def _read_snapshot() -> dict | None:
     try:
         data = json.loads(_snapshot_path().read_text(encoding="utf-8"))
         return {
-            code: _RuleRecord(code, str(v["name"]), bool(v["default"]), str(v["severity"]))
+            code: _RuleRecord(code, str(v["name"]), bool(v["default"]), str(v["severity"]), str(v["summary"]),
+                              str(v["fix"]), str(v["doc"]))
             for code, v in sorted(data.items())
         }
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -78,7 +91,7 @@ def write_snapshot() -> None:
     """Record the registry for later runs, if the rules are imported and it is not there."""
     import json
 
-    if "perflint.rules" not in sys.modules:
+    if "perflint.rules.base" not in sys.modules:
         return
     try:
         path = _snapshot_path()
@@ -88,7 +101,8 @@ def write_snapshot() -> None:
         from perflint.source import atomic_write
 
         data = {
-            code: {"name": r.name, "default": bool(r.default), "severity": r.severity.value}
+            code: {"name": r.name, "default": bool(r.default), "severity": r.severity.value, "summary": r.summary,
+                   "fix": r.fix_class, "doc": r.doc()}
             for code, r in all_rules().items()
         }
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,6 @@ import io
 import json
 import os
 import re
-import tempfile
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -424,6 +423,8 @@ def atomic_write(path: str, data: bytes) -> None:
     The file keeps its permission bits; a symbolic link keeps pointing at its target,
     which is what gets replaced.
     """
+    import tempfile
+
     target = Path(os.path.realpath(path))
     try:
         mode = target.stat().st_mode & 0o7777

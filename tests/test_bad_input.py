@@ -89,13 +89,50 @@ def test_symlink_loop_named_explicitly_and_found_in_a_folder(proj):
     assert_good_file_still_reported(r)
 
 
-def test_dangling_symlink_to_a_python_file(proj):
+def test_dangling_symlink_met_in_a_folder_is_skipped_with_a_warning(proj):
     os.symlink("gone.py", proj / "dangling.py")
-    os.symlink("gone.txt", proj / "dangling.txt")  # not a file to check: not a problem
-    r, errors = check()
+    os.symlink("gone.txt", proj / "dangling.txt")  # not a file to check: not a word about it
+    r, lines = check()
+    assert r.exit_code == 1  # good.py's finding; the link is not an error
+    assert lines == ["warning: dangling.py: broken symbolic link (its target does not exist); skipped"]
+    assert_good_file_still_reported(r)
+    # Named on the command line, it is an error.
+    r, errors = check("dangling.py", "good.py")
     assert r.exit_code == 2
     assert_one_error(errors, "dangling.py", "broken symbolic link")
     assert_good_file_still_reported(r)
+
+
+def _deny(monkeypatch, name: str) -> None:
+    """Make `name` unreadable, as for a user without permission (the tests may run as root)."""
+    real_access, real_read = os.access, Path.read_bytes
+
+    def access(path, mode, *a, **kw):
+        if os.path.basename(os.fspath(path)) == name and mode & os.R_OK:
+            return False
+        return real_access(path, mode, *a, **kw)
+
+    def read_bytes(self):
+        if self.name == name:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read(self)
+
+    monkeypatch.setattr(os, "access", access)
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+
+
+def test_unreadable_path_named_on_the_command_line(proj, monkeypatch):
+    write(proj, {"secret.py": AMP, "other.py": AMP})
+    os.chmod(proj / "secret.py", 0)
+    try:
+        _deny(monkeypatch, "secret.py")
+        r, errors = check("secret.py", "good.py", "other.py")
+    finally:
+        os.chmod(proj / "secret.py", 0o644)
+    assert r.exit_code == 2
+    assert_one_error(errors, "secret.py", "permission denied")
+    assert_good_file_still_reported(r)
+    assert "other.py:3:10: PF402" in r.stdout
 
 
 def _vanish_after_discovery(monkeypatch, action):
@@ -232,3 +269,34 @@ def test_an_unexpected_failure_is_one_line_not_a_traceback(proj, monkeypatch):
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "internal error" in lines[0] and "surprise" in lines[0]
     assert "please report it" in lines[0]
+
+
+def test_file_python_parses_but_perflint_cannot(proj):
+    """Mixed tabs and spaces that CPython accepts (each line's indentation is consistent
+    under both of its tab rules) but libcst does not: perflint's limit, not a syntax error."""
+    import ast
+
+    source = "import torch\n\n\ndef f(x):\n\t \tif x:\n \t\t \tpass\n\t \treturn x\n"
+    ast.parse(source)  # Python can
+    write(proj, {"mixed.py": source})
+    r, errors = check()
+    assert r.exit_code == 2
+    assert_one_error(errors, "mixed.py", "perflint cannot parse this file (Python can)", "tabs and spaces")
+    assert "syntax error" not in errors[0]
+    assert_good_file_still_reported(r)
+
+
+def test_broken_config_says_nothing_was_checked(proj):
+    write(proj, {"pyproject.toml": "[tool.perflint]\nbogus = 1\n"})
+    r = run("check", "--no-cache")
+    assert r.exit_code == 2
+    assert "No findings" not in r.stdout
+    assert "Nothing checked" in r.stdout
+    # Only part of the tree under the broken configuration: what was checked is reported,
+    # and the summary says the rest was not.
+    write(proj, {"pyproject.toml": "[tool.perflint]\n", "sub/pyproject.toml": "[tool.perflint]\nbogus = 1\n",
+                 "sub/b.py": AMP})
+    r = run("check", "--no-cache", "--output-format", "concise")
+    assert r.exit_code == 2
+    assert_good_file_still_reported(r)
+    assert "Files under a broken configuration were not checked." in r.stdout

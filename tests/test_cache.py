@@ -34,14 +34,15 @@ def analysed(monkeypatch):
 
 
 def test_second_run_reads_from_the_cache_and_gives_identical_output(proj, analysed):
-    for fmt in ("full", "json"):  # json includes the fixes' edits: other cache entries
-        analysed.clear()
-        first = run("check", "--output-format", fmt, "-j1")
-        assert sorted(analysed) == ["a.py", "b.py", "c.py"]
+    for fmt in ("full", "json"):
+        first = run("check", "--output-format", fmt, "-j1", "--no-cache")
         analysed.clear()
         second = run("check", "--output-format", fmt, "-j1")
-        assert analysed == []
         assert (second.exit_code, second.stdout, second.stderr) == (first.exit_code, first.stdout, first.stderr)
+    analysed.clear()
+    for fmt in ("full", "json"):
+        second = run("check", "--output-format", fmt, "-j1")
+        assert analysed == []
     uncached = run("check", "--output-format", "sarif", "--no-cache")
     analysed.clear()
     cached = run("check", "--output-format", "sarif")
@@ -62,8 +63,21 @@ def test_editing_a_file_misses_for_that_file_only(proj, analysed):
     assert "c.py:6:10: PF402" in r.stdout
 
 
-@pytest.mark.parametrize("change", [["--select", "PF402"], ["--target-torch", "2.3"], ["--extend-select", "ALL"],
-                                    ["--output-format", "json"]])
+def test_one_cache_serves_every_format(proj, analysed):
+    """A `full` run fills the cache; every other format (json with its fix edits included)
+    is answered from it, with the output of an uncached run."""
+    run("check", "-j1")
+    assert sorted(analysed) == ["a.py", "b.py", "c.py"]
+    for fmt in ("concise", "json", "sarif", "github", "full"):
+        analysed.clear()
+        cached = run("check", "--output-format", fmt, "-j1")
+        assert analysed == [], fmt
+        assert cached.stdout == run("check", "--output-format", fmt, "-j1", "--no-cache").stdout, fmt
+    edits = json.loads(run("check", "--output-format", "json", "-j1").stdout)[0]["fix"]["edits"]
+    assert edits, "the cached JSON still carries the fix's edits"
+
+
+@pytest.mark.parametrize("change", [["--select", "PF402"], ["--target-torch", "2.3"], ["--extend-select", "ALL"]])
 def test_other_settings_miss(proj, analysed, change):
     run("check", "-j1")
     analysed.clear()

@@ -98,9 +98,10 @@ def test_fixes_are_applied_to_a_fixed_point(proj, monkeypatch):
     r = run("fix", "--select", "PF991", "-j1", "--show-fixes")
     assert r.exit_code == 0, r.output
     assert (proj / "a.py").read_text() == "step_3 = 1\nprint(step_3)\n"
-    # 3 passes for step_0, 2 for step_1.
-    assert "Fixed 5 findings:" in r.stdout
-    assert "5 × PF991 (test-rule-pf991)" in r.stdout
+    # 3 passes for step_0, 2 for step_1: the 2 findings `check` reported, and 3 that only
+    # exist once a fix is in.
+    assert "Fixed 2 findings (and 3 more that the fixes uncovered):" in r.stdout
+    assert "2 × PF991 (test-rule-pf991) (+3 that the fixes uncovered)" in r.stdout
 
 
 def test_fix_that_does_not_parse_is_never_written(proj, monkeypatch):

@@ -31,7 +31,28 @@ def test_every_rule_doc_has_the_seven_house_sections_in_order(code):
     assert rule.fix_class in FIX_CLASSES
 
 
-def test_rule_renders_the_doc_as_markdown():
+def test_rule_piped_prints_the_documentation_with_whole_lines():
+    """`perflint rule PF201 | less` or `> file`: the markdown as written, no line wrapped at
+    the 80 columns of a terminal that is not there."""
+    r = run("rule", "PF201", env={"COLUMNS": "80"})
+    assert r.exit_code == 0
+    rule = all_rules()["PF201"]
+    doc_lines = rule.doc().splitlines()
+    assert any(len(line) > 80 for line in doc_lines)  # else the test shows nothing
+    out_lines = r.stdout.splitlines()
+    assert out_lines[0] == f"# PF201 ({rule.name})"
+    for line in doc_lines:
+        assert line in out_lines
+    assert run("rule", "pf201", env={"COLUMNS": "80"}).stdout == r.stdout
+
+
+def test_rule_on_a_terminal_renders_the_markdown(monkeypatch):
+    from rich.console import Console
+
+    import perflint.cli as cli
+
+    monkeypatch.setattr(cli, "_console", lambda stderr=False: Console(force_terminal=True, width=120,
+                                                                       color_system=None))
     r = run("rule", "PF402")
     assert r.exit_code == 0
     out = r.stdout
@@ -41,7 +62,13 @@ def test_rule_renders_the_doc_as_markdown():
         assert section in out
     # Rendered, not raw: no markdown heading markers or code fences left.
     assert "## What it does" not in out and "```" not in out
-    assert run("rule", "pf402").stdout == out
+
+
+@pytest.mark.parametrize("code", sorted(all_rules()))
+def test_rule_docs_cite_only_what_a_user_can_open(code):
+    """No references to files outside the project (research notes, repro scripts)."""
+    doc = all_rules()[code].doc()
+    assert "research/" not in doc and "rule-facts" not in doc, code
 
 
 def test_rule_unknown_code_is_a_usage_error():

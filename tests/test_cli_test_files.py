@@ -28,19 +28,32 @@ for x in loader:
 
 
 @pytest.mark.parametrize(
-    "name, is_test",
+    "name, content, is_test",
     [
-        ("test_train.py", True),
-        ("train_test.py", True),
-        ("conftest.py", True),
-        ("train.py", False),
-        ("testing_utils.py", False),
-        ("latest.py", False),
-        ("test_data.ipynb", False),
+        ("test_train.py", "import pytest\n", True),
+        ("train_test.py", "from unittest import TestCase\n", True),
+        ("test_model.py", "def test_forward():\n    assert True\n", True),
+        ("tests/test_train.py", BOTH, True),
+        ("conftest.py", "", True),
+        # Named like a test, but a training script: linted in full.
+        ("train_test.py", BOTH, False),
+        ("test_train.py", BOTH, False),
+        ("train.py", "import pytest\n", False),
+        ("testing_utils.py", "import pytest\n", False),
+        ("latest.py", "", False),
+        ("test_data.ipynb", "", False),
     ],
 )
-def test_what_counts_as_a_test_file(name, is_test):
-    assert is_test_file(Path("pkg") / name) is is_test
+def test_what_counts_as_a_test_file(tmp_path, name, content, is_test):
+    write(tmp_path, {name: content})
+    assert is_test_file(tmp_path / name) is is_test
+
+
+def test_a_training_script_named_like_a_test_gets_every_rule(tmp_path, monkeypatch):
+    write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "train_test.py": BOTH})
+    monkeypatch.chdir(tmp_path)
+    r = run("check", "--no-cache", "--output-format", "json", "--select", "PF101,PF404")
+    assert _codes_by_file(r)["train_test.py"] == {"PF101", "PF404"}
 
 
 def _codes_by_file(result):
@@ -76,7 +89,7 @@ def test_lint_tests_must_be_a_boolean(tmp_path, monkeypatch):
 
 def test_fix_leaves_warnings_in_test_files_alone(tmp_path, monkeypatch):
     # PF402's safe fix (deprecated torch.cuda.amp API) is not applied in a test file.
-    amp = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+    amp = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n\n\ndef test_scaler():\n    assert scaler\n"
     write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "test_amp.py": amp, "amp.py": amp})
     monkeypatch.chdir(tmp_path)
     run("fix", "--no-cache", "--select", "PF402")

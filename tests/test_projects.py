@@ -34,31 +34,9 @@ REPO = FIXTURES.parent
 # project → {file: why its annotations cannot all be met yet} (gaps in the rules or the
 # single-file analysis, listed in fixtures/projects/README.md).
 GAPS: dict[str, dict[str, str]] = {
-    "p02_datasets_train_utils": {
-        "train.py": "train.py:29 PF105: the batch kind is lost when the loop iterates a name bound to "
-                    "tqdm(enumerate(loader)) (analysis/kinds.py _element_kinds)",
-    },
-    "p03_engine_main": {
-        "engine.py": "engine.py:53-55 PF201: a loop over metric_logger.log_every(data_loader, ...) is not an "
-                     "evaluation loop (analysis/kinds.py _element_kinds knows tqdm-like wrappers only)",
-    },
     "p04_src_config_dataclass": {
-        "src/tabnet/data.py": "data.py:26,28: PF101 for num_workers=cfg.num_workers with a 0 dataclass default is "
-                              "not wired into the rule yet (PF103 fires instead)",
-        "src/tabnet/trainer.py": "trainer.py:11,15,17: torch.device(cfg.device) with a \"cuda\" config default is not "
-                                 "accelerator evidence yet (analysis/devices.py)",
-    },
-    "p05_speaker_verification": {
-        "SpeakerNet.py": "SpeakerNet.py: torch.LongTensor(batch).cuda() loses the batch kind (PF105), and "
-                         "x.detach().cpu().item() is reported by neither PF201 nor PF202 (issue 11 point 5)",
-    },
-    "p07_argparse_kwargs": {
-        "main.py": "main.py: PF101/PF102 skip DataLoader(ds, **test_kwargs) and PF101 skips num_workers=args.workers "
-                   "with an argparse default of 0 (being wired into the rules)",
-    },
-    "p08_reexport_base_trainer": {
-        "core/helpers.py": "helpers.py:7 PF105: a per-step helper called only from CUDA code is not CUDA code "
-                           "itself, so `.to(device)` with a device parameter stays 'maybe' (analysis/devices.py)",
+        "src/tabnet/trainer.py": "trainer.py:15 PF405: the `model` parameter's layers (a TabularNet passed from "
+                                 "scripts/train.py) are not followed from the call site's class",
     },
 }
 

@@ -45,9 +45,21 @@ class DevicesMixin:
                 return True
         for a in self.index[cst.Attribute]:
             q = self.qualname(a)
-            if q is not None and (q == "torch.cuda.is_available" or q.startswith("torch.cuda.")):
-                return True
+            if q is not None and (q == "torch.cuda.is_available" or q.startswith(("torch.cuda.", "torch.accelerator."))):
+                return True  # `torch.accelerator` (torch >= 2.6) stands for CUDA on NVIDIA machines
+        for call in self.calls_to("torch.device"):
+            # `torch.device(cfg.device)` with a "cuda" default (argparse, a config field)
+            if call.args and not isinstance(call.args[0].value, (cst.SimpleString, cst.Name)):
+                found, default = self.option_default(call.args[0].value)
+                if found and isinstance(default, str) and _device_string_kinds(default) == {"device_cuda"}:
+                    return True
         return False
+
+    @cached_property
+    def called_from_cuda_loop(self) -> bool:
+        """A per-step helper of this file is called from the loop of CUDA code elsewhere, so
+        its copies are host-to-CUDA copies (file-wide settings still belong to the caller)."""
+        return any(len(c) > 4 and c[4] for c in self._cross_step_callers())
 
     @cached_property
     def may_use_accelerator(self) -> bool:
@@ -121,6 +133,8 @@ def _device_kinds_of(facts: Facts, node: cst.CSTNode, depth: int = 0) -> set[str
             return _device_kinds_of(facts, node.args[0].value, depth + 1)
         if q == "torch.cuda.current_device":
             return {"device_cuda"}
+        if q == "torch.accelerator.current_accelerator":
+            return {"device_cuda", "device_other"}
         return {"device_unknown"}
     if isinstance(node, cst.Name):
         bs = facts.lookup(node.value, node)
@@ -146,5 +160,8 @@ def _device_kinds_of(facts: Facts, node: cst.CSTNode, depth: int = 0) -> set[str
         if inherited is not None:
             got = inherited & {"device_cuda", "device_cpu", "device_other"}
             return set(got) or {"device_unknown"}
+        found, default = facts.option_default(node)  # `args.device`: its default, or what is passed
+        if found and isinstance(default, str) and _device_string_kinds(default):
+            return _device_string_kinds(default) | {"device_unknown"}
         return {"device_unknown"}
     return {"device_unknown"}

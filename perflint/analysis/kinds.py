@@ -16,6 +16,15 @@ from perflint.analysis.vocab import (
 from perflint.names import dotted
 
 
+# Calls whose iteration yields the elements of their first argument: progress bars and
+# loggers (`metric_logger.log_every(loader, 10)` in DETR/DeiT/MAE-style code).
+_ITER_WRAPPERS = {"tqdm", "trange", "iter", "islice", "track", "progress_bar", "chain", "log_every", "enumerate"}
+
+
+_BATCH_CONVERTERS = {"LongTensor", "FloatTensor", "IntTensor", "DoubleTensor", "HalfTensor", "BoolTensor",
+                     "ByteTensor", "Tensor", "tensor", "as_tensor", "from_numpy", "stack", "cat"}
+
+
 def name_hints(name: str) -> set[str]:
     """Kinds suggested by a naming convention alone (weak evidence)."""
     low = name.lower()
@@ -151,8 +160,14 @@ class KindsMixin:
             out.add("~dataloader")
         return out
 
-    def _element_kinds(self, it: cst.CSTNode, index: tuple[int, ...]) -> set[str]:
+    def _element_kinds(self, it: cst.CSTNode, index: tuple[int, ...], depth: int = 0) -> set[str]:
         """Kinds of an element produced by iterating `it`, then unpacked by `index`."""
+        if isinstance(it, cst.Name) and depth < 4:
+            # `pbar = tqdm(enumerate(loader))` then `for i, batch in pbar:`
+            bs = self.lookup(it.value, it)
+            if len(bs) == 1 and bs[0].how == "expr" and isinstance(bs[0].node, cst.Call) \
+                    and call_name(bs[0].node) in _ITER_WRAPPERS:
+                return self._element_kinds(bs[0].node, index, depth + 1)
         if isinstance(it, cst.Call):
             name = call_name(it)
             q = self.qualname(it.func) or name
@@ -161,15 +176,15 @@ class KindsMixin:
                     return set()
                 if index[0] == 0:
                     return {"int"}
-                return self._element_kinds(it.args[0].value, index[1:])
+                return self._element_kinds(it.args[0].value, index[1:], depth + 1)
             if q == "zip" and it.args:
                 if not index:
                     return set()
                 if index[0] < len(it.args):
-                    return self._element_kinds(it.args[index[0]].value, index[1:])
+                    return self._element_kinds(it.args[index[0]].value, index[1:], depth + 1)
                 return set()
-            if (q or "").split(".")[-1] in ("tqdm", "trange", "iter", "islice", "track", "progress_bar", "chain") and it.args:
-                return self._element_kinds(it.args[0].value, index)
+            if (q or "").split(".")[-1] in _ITER_WRAPPERS and it.args:
+                return self._element_kinds(it.args[0].value, index, depth + 1)
             if name in ("items",) and isinstance(it.func, cst.Attribute):
                 base = self.kinds(it.func.value)
                 if "batch" in base and index and index[0] == 1:
@@ -323,6 +338,10 @@ class KindsMixin:
                     if dev is None or self.device_kinds(dev.value) == {"device_cpu"}:
                         return {"tensor", "torch_op", "cpu_tensor"}
                     return {"tensor", "torch_op", "device_tensor"}
+                if short in _BATCH_CONVERTERS and q.count(".") == 1 and get_arg(node, "device") is None \
+                        and node.args and "batch" in self.kinds(node.args[0].value):
+                    # `torch.LongTensor(labels)`: still the batch, on the host
+                    return {"tensor", "torch_op", "cpu_tensor", "batch"}
                 if short in ("from_numpy", "as_tensor") and get_arg(node, "device") is None:
                     return {"tensor", "torch_op", "cpu_tensor"}
                 return {"tensor", "torch_op"}

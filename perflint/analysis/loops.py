@@ -3,6 +3,8 @@ statements run on every iteration, and grad mode."""
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable
@@ -178,7 +180,28 @@ class LoopsMixin:
             if isinstance(loop, cst.For) and self.iterates_loader(loop):
                 if self._calls_a_model(calls) or self.iterates_loader(loop, weak=False):
                     out[loop] = "eval"
+            elif isinstance(loop, cst.For) and self._runs_an_evaluated_model(loop, calls):
+                out[loop] = "eval"  # `model.eval()` then `for path in files: model(load(path))`
         return out
+
+    def _runs_an_evaluated_model(self, loop: cst.For, calls: list[cst.Call]) -> bool:
+        """The loop body calls a model that was put in `.eval()` mode earlier in the same
+        function (or module), before the loop."""
+        if isinstance(loop.iter, cst.Call) and call_name(loop.iter) == "range" and not any(
+                call_name(c) == "next" or "batch" in (call_name(c) or "").lower() for c in calls):
+            return False  # `for k in range(n)` counts steps only when it draws batches (`get_batch()`, `next(it)`)
+        models = {self.receiver_text(c.func) for c in calls if "model" in self.kinds(c.func)}
+        models.discard(None)
+        if not models:
+            return False
+        scope = self.enclosing_function(loop) or self.module
+        start = self.order.get(loop, 0)
+        for c in self.calls_within(scope):
+            if call_name(c) == "eval" and not c.args and isinstance(c.func, cst.Attribute) \
+                    and self.order.get(c, 0) < start and self.receiver_text(c.func.value) in models \
+                    and self.enclosing_function(c) is self.enclosing_function(loop):
+                return True
+        return False
 
     def iterates_loader(self, loop: cst.For, weak: bool = True) -> bool:
         it = loop.iter
@@ -221,11 +244,22 @@ class LoopsMixin:
             parts = parts[1:]
         return len(parts) >= 2 and parts[0] in _OPTION_ROOTS
 
+    def _is_diagnostic_option(self, test: cst.BaseExpression) -> bool:
+        """An option test for a switch that turns on extra work (`if args.debug:`,
+        `if cfg.log_images:`): the branch is off in a normal run. Other options
+        (`if not args.prefetcher:`, `if args.amp:`) choose how every step runs."""
+        if not self.is_option_test(test):
+            return False
+        while isinstance(test, cst.UnaryOperation):
+            test = test.expression
+        name = (dotted(test) or "").rsplit(".", 1)[-1]
+        return _DIAGNOSTIC_OPTIONS.search(name) is not None
+
     def is_throttled_test(self, test: cst.BaseExpression) -> bool:
-        if self.is_option_test(test):
+        if self._is_diagnostic_option(test):
             return True
         if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-            if self.is_option_test(test.left) or self.is_option_test(test.right):
+            if self._is_diagnostic_option(test.left) or self._is_diagnostic_option(test.right):
                 return True
         for n in _iter_expr(test):
             if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo):
@@ -357,6 +391,11 @@ class LoopsMixin:
 
 
 _EXITS = {"sys.exit", "exit", "quit", "os._exit", "os.abort"}
+
+
+_DIAGNOSTIC_OPTIONS = re.compile(
+    r"debug|verbose|log|print|profil|eval|valid|save|vis|plot|check|sanity|anomal|trace|monitor|wandb|"
+    r"tensorboard|(^|_)tb(_|$)|report|dump|track|show|display|inspect|stat", re.I)
 
 
 def _ends_the_run(stmt: cst.BaseSmallStatement) -> bool:

@@ -78,17 +78,43 @@ def read_regular(path: str) -> bytes | None:
 
 def project_files(root: Path) -> list[Path]:
     """The Python files of a project (virtual environments, caches and hidden folders skipped)."""
-    out: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(
-            d for d in dirnames
-            if d not in _SKIP_DIRS and not d.startswith(".") and not os.path.exists(os.path.join(dirpath, d, "pyvenv.cfg"))
-        )
-        for f in sorted(filenames):
-            if f.endswith(".py") and os.path.isfile(os.path.join(dirpath, f)):
-                out.append(Path(dirpath, f))
-                if len(out) >= MAX_PROJECT_FILES:
-                    return out
+    return [Path(p) for p in project_paths(str(root.absolute()))]
+
+
+def project_paths(root: str) -> list[str]:
+    """`project_files` as absolute path strings, in the same order (a folder's files, then
+    its sub-folders, each sorted); one `scandir` per folder."""
+    out: list[str] = []
+
+    def walk(d: str) -> bool:
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except OSError:
+            return True
+        files, dirs = [], []
+        for e in entries:
+            name = e.name
+            try:
+                if name.endswith(".py"):
+                    if e.is_file():
+                        files.append(name)
+                elif e.is_dir() and not e.is_symlink():
+                    if name not in _SKIP_DIRS and not name.startswith(".") and \
+                            not os.path.exists(os.path.join(e.path, "pyvenv.cfg")):
+                        dirs.append(name)
+            except OSError:
+                continue
+        for name in sorted(files):
+            out.append(os.path.join(d, name))
+            if len(out) >= MAX_PROJECT_FILES:
+                return False
+        for name in sorted(dirs):
+            if not walk(os.path.join(d, name)):
+                return False
+        return True
+
+    walk(os.path.normpath(root))
     return out
 
 

@@ -19,6 +19,8 @@ def _loc(loc) -> dict:
 
 
 def to_json(results: list[FileResult]) -> str:
+    from perflint.rules import docs_url
+
     out = []
     for r in results:
         filename = os.path.abspath(r.path)
@@ -44,7 +46,7 @@ def to_json(results: list[FileResult]) -> str:
                     "name": d.name,
                     "noqa_row": d.location.row,
                     "severity": d.severity.value,
-                    "url": None,
+                    "url": docs_url(d.code),
                 }
             )
     return json.dumps(out, indent=2)
@@ -52,7 +54,7 @@ def to_json(results: list[FileResult]) -> str:
 
 def statistics_json(results: list[FileResult], unsafe: bool = False) -> str:
     """`--statistics --output-format json`: ruff's shape, most frequent first."""
-    from perflint.report.text import fixable
+    from perflint.report.counts import is_fixable as fixable
 
     counts: dict[str, dict] = {}
     for r in results:
@@ -74,9 +76,10 @@ def _artifact(path: str) -> dict:
 
 
 def to_sarif(results: list[FileResult]) -> str:
-    from perflint.rules import all_rules
+    from perflint.rules import docs_url
+    from perflint.selection import rule_records
 
-    registry = all_rules()
+    registry = rule_records()
     used = sorted({d.code for r in results for d in r.diagnostics})
     rule_index = {code: i for i, code in enumerate(used)}
     rules = []
@@ -94,6 +97,7 @@ def to_sarif(results: list[FileResult]) -> str:
                 "fullDescription": {"text": summary},
                 "help": {"text": doc, "markdown": doc},
                 "defaultConfiguration": {"level": level},
+                "helpUri": docs_url(code),
                 "properties": {"fix": rule.fix_class if rule else "none", "tags": ["performance", "pytorch"]},
             }
         )

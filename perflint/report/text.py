@@ -4,19 +4,14 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from perflint.diagnostics import Applicability, FileResult
 from perflint.report import where
+from perflint.report.counts import fixable_counts, is_fixable
+
+fixable = is_fixable
 
 _STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
-
-
-def fixable(d, unsafe: bool) -> bool:
-    """Whether `perflint fix` (with --unsafe-fixes when `unsafe`) would fix the finding."""
-    if d.fix is None:
-        return False
-    return d.fix.applicability is Applicability.SAFE or unsafe
 
 
 def _marker(d, unsafe: bool) -> str:
@@ -66,26 +61,34 @@ def full(console: Console, results: list[FileResult], unsafe: bool, lines: dict)
             console.print()
 
 
-def summary(console: Console, results: list[FileResult], unsafe: bool, fixed: int = 0, errors: int = 0) -> None:
+def summary(console: Console, results: list[FileResult], unsafe: bool, fixed: int = 0, errors: int = 0,
+            files: int | None = None, config_errors: bool = False, uncovered: int = 0) -> None:
     """The closing lines: how many findings, how many fixable, what could not be checked."""
     total = sum(len(r.diagnostics) for r in results)
-    safe = sum(1 for r in results for d in r.diagnostics if d.fix and d.fix.applicability is Applicability.SAFE)
-    uns = sum(1 for r in results for d in r.diagnostics if d.fix and d.fix.applicability is Applicability.UNSAFE)
-    if fixed:
-        console.print(f"Fixed {fixed} finding{'s' if fixed != 1 else ''}.")
+    n_safe, n_unsafe = fixable_counts(results)
+    errs = f"{errors} error{'s' if errors != 1 else ''} reported above"
+    if fixed or uncovered:
+        more = f" (and {uncovered} more that the fixes uncovered)" if uncovered else ""
+        console.print(f"Fixed {fixed} finding{'s' if fixed != 1 else ''}{more}.")
+    if files == 0 and errors:
+        console.print(f"[bold red]Nothing checked[/]: no file could be checked; {errs}.")
+        return
     if total == 0:
         if errors:
-            console.print(f"No findings; {errors} error{'s' if errors != 1 else ''} reported above.")
-        elif not fixed:
+            console.print(f"No findings in the files checked; {errs}.")
+        elif not fixed and not uncovered:
             console.print("[green]All checks passed![/]")
-        return
-    console.print(f"Found {total} finding{'s' if total != 1 else ''}" + (" remaining" if fixed else "") +
-                  (f"; {errors} error{'s' if errors != 1 else ''} reported above." if errors else "."))
-    n_fixable = safe + (uns if unsafe else 0)
-    if n_fixable:
-        console.print(f"\\[*] {n_fixable} fixable with `perflint fix" + (" --unsafe-fixes" if unsafe and uns else "") + "`.")
-    if uns and not unsafe:
-        console.print(f"{uns} more fixable with `perflint fix --unsafe-fixes`.")
+    else:
+        console.print(f"Found {total} finding{'s' if total != 1 else ''}" + (" remaining" if fixed or uncovered else "") +
+                      (f"; {errs}." if errors else "."))
+        n_fixable = n_safe + (n_unsafe if unsafe else 0)
+        if n_fixable:
+            console.print(f"\\[*] {n_fixable} fixable with `perflint fix" + (" --unsafe-fixes" if unsafe and n_unsafe else "")
+                          + "`.")
+        if n_unsafe and not unsafe:
+            console.print(f"{n_unsafe} more fixable with `perflint fix --unsafe-fixes`.")
+    if config_errors:
+        console.print("Files under a broken configuration were not checked.")
 
 
 def statistics(console: Console, results: list[FileResult], unsafe: bool = False) -> None:
@@ -98,6 +101,8 @@ def statistics(console: Console, results: list[FileResult], unsafe: bool = False
             entry[2] = entry[2] or fixable(d, unsafe)
     if not counts:
         return
+    from rich.table import Table
+
     table = Table(box=None, show_header=False, pad_edge=False)
     for code, (n, name, can_fix) in sorted(counts.items(), key=lambda kv: (-kv[1][0], kv[0])):
         table.add_row(str(n), code, "\\[*]" if can_fix else "", name)

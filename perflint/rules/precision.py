@@ -858,7 +858,9 @@ class ReluNotInplace(Rule):
 
     ## References
     - PyTorch notes, "In-place operations with autograd" (`docs/source/notes/autograd.rst`)
-    - research/rule-facts.md §7 (`inplace_relu_autograd.py`)
+    - Measured (torch 2.13, CPU): `relu_` after sigmoid, tanh, exp, softmax or relu raises
+      "one of the variables needed for gradient computation has been modified by an
+      inplace operation"; after linear, conv, batch/layer norm, GELU or dropout it does not
     """
 
     code = "PF401"
@@ -950,7 +952,13 @@ class ReluNotInplace(Rule):
 # PF403 — no-mixed-precision
 # ----------------------------------------------------------------------------------------
 
-_PRECISION_WORDS = re.compile(r"(^|[_-])(amp|fp16|bf16|mixed_precision|half_precision)([_-]|$)")
+# Whole words that name a mixed-precision setup. `amp` only standing alone or as the switch
+# of a phrase (`use_amp`, `args.amp`, `--no-amp`, `amp_dtype`): `fact_amp` or `max_amp` is
+# an amplitude.
+_PRECISION_WORDS = re.compile(
+    r"(^|[_-])(fp16|bf16|mixed_precision|half_precision)([_-]|$)"
+    r"|^(--?)?((use|enable|enabled|with|no|disable|apply|do|native|torch|cuda)[_-])?amp([_-](dtype|enabled|level|mode|"
+    r"scaler|backend|opt_level|type))?$")
 
 
 def _is_step_boundary(facts: Facts, call: cst.Call) -> bool:
@@ -1110,7 +1118,6 @@ class NoMixedPrecision(Rule):
     ## References
     - PyTorch performance tuning guide, "Use mixed precision and AMP"
     - PyTorch AMP documentation (`torch.amp`), autocast and GradScaler examples
-    - research/rule-facts.md §11
     """
 
     code = "PF403"
@@ -1300,7 +1307,6 @@ class Fp16WithoutGradScaler(Rule):
 
     ## References
     - PyTorch AMP documentation, "Gradient Scaling"
-    - research/rule-facts.md §11
     """
 
     code = "PF404"
@@ -1395,7 +1401,9 @@ class Tf32NotEnabled(Rule):
     ## References
     - PyTorch CUDA semantics notes, "TensorFloat-32 (TF32) on Ampere (and later) devices"
     - PyTorch performance tuning guide
-    - research/rule-facts.md §11 (`tf32_flags.py`)
+    - Measured (torch 2.13): the defaults are `get_float32_matmul_precision() == "highest"`
+      and `cuda.matmul.allow_tf32 == False`; setting `cuda.matmul.fp32_precision` and then
+      reading `allow_tf32` raises a RuntimeError about mixing the legacy and new APIs
     """
 
     code = "PF405"
@@ -1404,7 +1412,7 @@ class Tf32NotEnabled(Rule):
     severity = Severity.INFO
     fix_class = "unsafe"
     min_torch = (1, 12)
-    tokens = (b"cuda",)  # is_cuda_code needs the substring
+    tokens = (b"cuda", b"accelerator", b"device")  # what is_cuda_code reads: CUDA names, torch.accelerator, a device option
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         anchor = first_torch_import(facts)
@@ -1540,14 +1548,13 @@ class CudnnBenchmarkNotEnabled(Rule):
     ## References
     - PyTorch performance tuning guide, "Enable cuDNN auto-tuner"
     - PyTorch reproducibility notes (`docs/source/notes/randomness.rst`)
-    - research/rule-facts.md §12
     """
 
     code = "PF406"
     name = "cudnn-benchmark-not-enabled"
     summary = "conv net trained on CUDA without cudnn.benchmark (or benchmark with determinism)"
     fix_class = "unsafe"
-    tokens = (b"cuda", b"benchmark")  # CUDA code, or the benchmark/deterministic conflict
+    tokens = (b"cuda", b"accelerator", b"device", b"benchmark")  # CUDA code, or the benchmark/deterministic conflict
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         yield from self._conflicts(facts)
@@ -1711,7 +1718,8 @@ class CompileMisuse(Rule):
 
     ## References
     - `torch.compile` docstring and `torch._inductor.list_mode_options()` (2.13)
-    - research/rule-facts.md §13 (`compile_time_cpu.py`)
+    - Measured (torch 2.13, CPU inductor, 6 × Linear(256) + GELU): first call 40.0 s, then
+      1.9 ms a call; a new batch size recompiled in 9.7 s
     """
 
     code = "PF407"
@@ -1812,8 +1820,8 @@ class ChannelsLastMissing(Rule):
     the detection is a heuristic and the gain depends on the GPU and the network.
 
     ## References
-    - PyTorch performance tuning guide and channels-last memory-format tutorial
-    - research/rule-facts.md §16
+    - PyTorch performance tuning guide and channels-last memory-format tutorial ("8-35%
+      improvement across a selection of models tested on a V100")
     """
 
     code = "PF408"
@@ -1847,6 +1855,8 @@ _EXACT_CTORS = {"zeros", "ones", "full", "empty", "eye", "tensor"}
 _RANGE_CTORS = {"arange", "linspace"}
 _RANDOM_CTORS = {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "poisson", "multinomial"}
 _TO_KEYWORDS = {"device", "dtype", "non_blocking", "copy"}
+_CAST_METHODS = {"float", "double", "half", "bfloat16", "long", "int", "short", "bool", "byte", "contiguous",
+                 "unsqueeze", "view", "reshape", "t"}
 _DEVICE_NAME = re.compile(r"(^|_)(device|dev)$")
 
 
@@ -1908,7 +1918,8 @@ class TensorCreatedThenMoved(Rule):
 
     ## References
     - PyTorch performance tuning guide, "Create tensors directly on the target device"
-    - research/rule-facts.md §14 (`numpy_tensor_creation.py`)
+    - Measured (torch 2.13): `torch.zeros(3, requires_grad=True).to(...)` is not a leaf
+      (`grad_fn=ToCopyBackward0`), which is why `requires_grad=True` constructors are left alone
     """
 
     code = "PF409"
@@ -1924,6 +1935,17 @@ class TensorCreatedThenMoved(Rule):
             if name not in ("to", "cuda") or not isinstance(call.func, cst.Attribute):
                 continue
             inner = call.func.value
+            # `torch.zeros(n).float().cuda()`, `torch.tensor(v)[None, :, None].to(dev)`: the
+            # same CPU tensor, cast or viewed on the way (reported; no fix is offered).
+            through = False
+            while True:
+                if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and not inner.args \
+                        and inner.func.attr.value in _CAST_METHODS:
+                    inner, through = inner.func.value, True
+                elif isinstance(inner, cst.Subscript):
+                    inner, through = inner.value, True
+                else:
+                    break
             if not isinstance(inner, cst.Call):
                 continue
             q = facts.qualname(inner.func) or ""
@@ -1945,7 +1967,7 @@ class TensorCreatedThenMoved(Rule):
                 inner,
                 f"`torch.{ctor}(...)` is built on the CPU and then copied to the device; "
                 + ("use `torch.as_tensor(..., device=...)`" if ctor == "from_numpy" else "pass `device=` to create it there"),
-                self._fix(facts, call, inner, ctor, device, dtype, strength),
+                None if through else self._fix(facts, call, inner, ctor, device, dtype, strength),
             )
 
     @staticmethod

@@ -1,0 +1,66 @@
+"""A rule's documentation as markdown (what `perflint rule` prints) and the HTML rule
+reference installed with perflint (`perflint/docs/rules.html`, the target of
+`perflint.rules.docs_url`).
+
+Regenerate the reference after editing a rule's docstring:
+
+    python -m perflint.ruledoc
+"""
+
+from __future__ import annotations
+
+import html
+
+from perflint.rules import DOCS_FILE, all_rules
+
+
+def versions(r) -> str:
+    lo = ".".join(map(str, r.min_torch)) if r.min_torch else None
+    hi = ".".join(map(str, r.max_torch)) if r.max_torch else None
+    if lo and hi:
+        return f"target torch {lo} to before {hi}"
+    if lo:
+        return f"target torch ≥ {lo}"
+    if hi:
+        return f"target torch < {hi}"
+    return "all torch versions"
+
+
+def rule_markdown(r) -> str:
+    return (f"# {r.code} ({r.name})\n\n*{r.summary}*\n\nFix: **{r.fix_class}** · severity: {r.severity.value} · "
+            f"{'on' if r.default else 'off'} by default · {versions(r)}\n\n{r.doc()}")
+
+
+def reference_html() -> str:
+    """Every rule's documentation on one page; each rule's section has its code (lower
+    case) as its `id`."""
+    from markdown_it import MarkdownIt
+
+    from perflint import __version__
+
+    md = MarkdownIt("commonmark").enable("table")
+    registry = all_rules()
+    toc = "\n".join(f'<li><a href="#{c.lower()}">{c}</a> {html.escape(r.name)}</li>' for c, r in registry.items())
+    sections = "\n".join(
+        f'<section id="{c.lower()}">\n{md.render(rule_markdown(r))}</section>' for c, r in registry.items()
+    )
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<title>perflint {__version__} rules</title>\n"
+        "<style>body{max-width:52rem;margin:2rem auto;padding:0 1rem;font-family:sans-serif;line-height:1.5}"
+        "pre{background:#f5f5f5;padding:.6rem;overflow:auto}section{border-top:1px solid #ccc;margin-top:2rem}</style>\n"
+        "</head>\n<body>\n"
+        f"<h1>perflint {__version__}: rules</h1>\n<p>Generated from the rules' documentation "
+        "(<code>perflint rule CODE</code> prints the same text).</p>\n"
+        f"<ul>\n{toc}\n</ul>\n{sections}\n</body>\n</html>\n"
+    )
+
+
+def main() -> None:
+    DOCS_FILE.parent.mkdir(parents=True, exist_ok=True)
+    DOCS_FILE.write_text(reference_html(), encoding="utf-8")
+    print(f"wrote {DOCS_FILE}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The edits of each finding's fix (`--output-format json`): computed once per file from
+one application of the fixes, minimal (the changed tokens only), each finding's edits
+equal to applying its fix alone; every finding links to its rule's documentation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import perflint.engine as engine
+from cli_support import AMP, run, write
+from perflint.engine import LintOptions
+from perflint.noqa import parse_suppressions
+from perflint.positions import LineIndex, node_offsets
+from perflint.rules import DOCS_FILE, all_rules, docs_url
+from perflint.source import read_source
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = sorted(p for p in (ROOT / "fixtures" / "rules").glob("*.py") if not p.name.endswith((".fixed.py", ".unsafe.py")))
+
+THREE_AMP = """\
+import torch
+
+scaler = torch.cuda.amp.GradScaler()
+
+
+def step(model, x, opt):
+    with torch.cuda.amp.autocast():
+        loss = model(x)
+    scaler.scale(loss).backward()
+    with torch.cuda.amp.autocast(dtype=torch.float16):
+        out = model(x)
+    return out
+"""
+
+
+def _apply_offsets(text: str, edits) -> str:
+    lines = LineIndex(text)
+    for e in sorted(edits, key=lambda e: (e.location.row, e.location.column), reverse=True):
+        s = lines.offset(e.location.row, e.location.column)
+        t = lines.offset(e.end_location.row, e.end_location.column)
+        text = text[:s] + e.content + text[t:]
+    return text
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_each_fix_edits_equal_applying_that_fix_alone(path):
+    src = read_source(str(path))
+    rules = engine._rules_for(LintOptions(codes=tuple(all_rules())))
+    analysis = engine._analyze(src.text, str(path), rules, (2, 13))
+    assert not isinstance(analysis, Exception)
+    whole: dict = {}
+    replaced = [n for _, v in analysis.findings if v.fix is not None for n in v.fix.replacements]
+    offsets = node_offsets(analysis.module, [v.node for _, v in analysis.findings], whole, replaced)
+    lines = LineIndex(src.text)
+    by_plan = engine._fix_edits(analysis, src.text, lines, src, parse_suppressions(src.text), offsets, whole)
+    plans = {id(v.fix): v.fix for _, v in analysis.findings if v.fix is not None and id(v.fix) in by_plan}
+    for key, plan in plans.items():
+        alone = engine._apply(analysis.module, [plan]).code
+        assert _apply_offsets(src.text, by_plan[key]) == alone, (path.name, plan.message)
+
+
+def test_edits_cover_the_changed_tokens_only(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, {"a.py": AMP})
+    r = run("check", "--output-format", "json", "--select", "PF402", "--no-cache")
+    edits = json.loads(r.stdout)[0]["fix"]["edits"]
+    # torch.cuda.amp.GradScaler() -> torch.amp.GradScaler("cuda"): "cuda." out, '"cuda"' in.
+    assert sorted((e["location"]["column"], e["end_location"]["column"], e["content"]) for e in edits) == [
+        (15, 20, ""), (36, 36, '"cuda"')]
+
+
+def test_edits_need_no_whole_file_rewrite_per_finding(tmp_path, monkeypatch):
+    """Three findings, three fixes: each replacement is rendered where it stands; the file
+    is not transformed and re-rendered once per finding."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, {"a.py": THREE_AMP})
+    calls = []
+    real = engine._apply
+    monkeypatch.setattr(engine, "_apply", lambda module, plans: calls.append(len(plans)) or real(module, plans))
+    r = run("check", "--output-format", "json", "--select", "PF402", "--no-cache", "-j1")
+    data = json.loads(r.stdout)
+    assert len(data) == 3 and all(d["fix"]["edits"] for d in data)
+    assert calls == []
+    # Each finding's edits touch its own line only.
+    for d in data:
+        assert {e["location"]["row"] for e in d["fix"]["edits"]} == {d["location"]["row"]}
+
+
+def test_json_url_is_the_rules_docs_anchor(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, {"a.py": AMP})
+    d = json.loads(run("check", "--output-format", "json", "--select", "PF402").stdout)[0]
+    assert d["url"] == docs_url("PF402")
+    assert d["url"].startswith("file://") and d["url"].endswith("#pf402")
+    sarif = json.loads(run("check", "--output-format", "sarif", "--select", "PF402").stdout)
+    assert sarif["runs"][0]["tool"]["driver"]["rules"][0]["helpUri"] == docs_url("PF402")
+
+
+def test_rule_reference_has_every_rule_and_is_up_to_date():
+    from perflint.ruledoc import reference_html
+
+    html = DOCS_FILE.read_text(encoding="utf-8")
+    assert html == reference_html(), "regenerate it: python -m perflint.ruledoc"
+    for code in all_rules():
+        anchor = docs_url(code).rsplit("#", 1)[1]
+        assert f'<section id="{anchor}">' in html

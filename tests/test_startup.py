@@ -1,0 +1,95 @@
+"""Start-up: a warm run on one small file imports only what it needs, and does not read the
+other files of its project again.  (The time itself is measured by
+`benchmarks/lint_speed.py --one-file FILE`, not asserted here.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import perflint.projectrun as projectrun
+from cli_support import run, write
+
+ROOT = Path(__file__).resolve().parent.parent
+NOT_ON_A_WARM_RUN = ("libcst", "packaging", "rich.markdown", "perflint_runtime", "torch", "difflib",
+                     "concurrent.futures.process")
+
+PROBE = """
+import sys
+from perflint.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print("imported:", " ".join(sorted(m for m in sys.modules if m in {names!r})))
+"""
+
+TRAIN = """\
+import torch
+from torch.utils.data import DataLoader
+
+from helpers import log
+
+
+def train(model, ds, opt):
+    loader = DataLoader(ds, batch_size=32)
+    for x, y in loader:
+        loss = model(x).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        log(loss.item())
+"""
+
+
+@pytest.fixture
+def project(tmp_path):
+    files = {"pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch>=2.1"]\n', "train.py": TRAIN,
+             "helpers.py": "def log(x):\n    print(x)\n"}
+    files.update({f"pkg/m{i}.py": f"import torch\nfrom helpers import log\nX{i} = torch.ones({i})\n" for i in range(5)})
+    write(tmp_path, files)
+    return tmp_path
+
+
+def _imports(project: Path, *args: str) -> list[str]:
+    env = {**os.environ, "PERFLINT_CACHE_DIR": str(project / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "runtime")])}
+    p = subprocess.run([sys.executable, "-c", PROBE.format(names=set(NOT_ON_A_WARM_RUN)), *args], cwd=project,
+                       env=env, capture_output=True, text=True)
+    line = p.stdout.splitlines()[-1]
+    assert line.startswith("imported:"), p.stdout + p.stderr
+    return line.split()[1:]
+
+
+def test_a_warm_one_file_run_imports_only_what_it_needs(project):
+    assert "libcst" in _imports(project, "check", "train.py", "--exit-zero")  # cold: it parses
+    for fmt in ("concise", "full", "json", "sarif", "github"):
+        assert _imports(project, "check", "train.py", "--output-format", fmt, "--exit-zero") == [], fmt
+
+
+def test_piped_rule_docs_do_not_render_markdown(project):
+    assert "rich.markdown" not in _imports(project, "rule", "PF201")
+
+
+def test_a_warm_one_file_run_does_not_reread_the_project(project, monkeypatch):
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("PERFLINT_CACHE_DIR", str(project / "cache"))
+    read: list[str] = []
+    real = projectrun.read_regular
+    monkeypatch.setattr(projectrun, "read_regular", lambda p: read.append(os.path.basename(p)) or real(p))
+    first = run("check", "train.py", "-j1", "--output-format", "concise")
+    assert "train.py:8:14: PF101" in first.stdout
+    assert read  # the first run looks for the files that import train.py, and reads helpers.py
+    read.clear()
+    second = run("check", "train.py", "-j1", "--output-format", "concise")
+    assert second.stdout == first.stdout
+    assert read == []
+    # A project file that changes is read again.
+    write(project, {"pkg/m1.py": "import torch\nimport train\n"})
+    read.clear()
+    run("check", "train.py", "-j1", "--output-format", "concise")
+    assert read == ["m1.py"]
