@@ -8,9 +8,13 @@ alike.  Two scripts: a tiny training loop whose steps take well under a millisec
 16-32-1 MLP, batch 8, an in-memory DataLoader, three `.to()` calls a step: the worst case
 for a fixed per-step cost), and `fixtures/workloads/image_classifier.py --device cpu`.
 Prints the mean step time of each variant, the difference per step, and the ratio with
-its 95% bootstrap interval; then, in this process, what one probe costs (the fastest of
-several `timeit` repeats, which a busy machine disturbs least): a time stamp, and the
-`Tensor.to` wrapper on a call that copies nothing and on one that copies.
+its 95% bootstrap interval.  Whole runs on a shared machine are noisy, so two steadier
+figures follow: the tiny loop's step timed in one process, fastest of 7 chunks of 500
+steps, before and after the harness is installed, with and without the probes (the
+difference of the two is what the probes add; it includes the split's bookkeeping,
+which the harness itself does not time); and, in this process, what one probe costs
+(fastest of several `timeit` repeats): a time stamp, and the `Tensor.to` wrapper on a
+call that copies nothing and on one that copies.
 """
 
 from __future__ import annotations
@@ -76,6 +80,53 @@ def measure(script: str, args: list[str], steps: int, warmup: int, repeats: int,
             "step_times_s": {"without": times[False], "with": times[True]}}
 
 
+IN_PROCESS = """
+    import sys, time
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    from perflint_runtime import bootstrap
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(TensorDataset(torch.randn(4096, 16), torch.randn(4096, 1)), batch_size=8, shuffle=True)
+
+    def chunk(n=500):
+        batches = iter(loader)
+        started = time.perf_counter()
+        for _ in range(n):
+            x, y = next(batches)
+            x, y = x.to("cpu"), y.to(torch.float32)
+            loss = (model(x.to(torch.float32)) - y).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return (time.perf_counter() - started) / n
+
+    plain = min(chunk() for _ in range(7))
+    bootstrap.install(bootstrap.StepRecorder(1, 10**9, lambda r: None), split=sys.argv[1] == "split")
+    print(plain, min(chunk() for _ in range(7)))
+"""
+
+
+def in_process(pairs: int = 3) -> dict:
+    """Seconds per tiny-loop step added by the harness, with and without the probes (A B B A …)."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "runtime"), os.environ.get("PYTHONPATH")])))
+    added: dict[str, list[float]] = {"split": [], "no-split": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "in_process.py"
+        script.write_text(textwrap.dedent(IN_PROCESS))
+        for k in range(pairs):
+            for mode in (("no-split", "split") if k % 2 == 0 else ("split", "no-split")):
+                out = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, env=env,
+                                     check=True).stdout.split()
+                added[mode].append(float(out[1]) - float(out[0]))
+    return {mode: stats.median(values) for mode, values in added.items()} | {"runs": added}
+
+
 def probe_costs(number: int = 20000, repeat: int = 7) -> list[tuple[str, float]]:
     """(what, seconds per call added by the probe), fastest of `repeat` timings."""
     import timeit
@@ -137,6 +188,14 @@ def main(argv: list[str] | None = None) -> int:
                       fmt(r["mean_step_s_with"]), fmt(r["mean_step_s_with"] - r["mean_step_s_without"], sign=True),
                       f"{r['ratio_without_over_with']:.3f} [{lo:.3f}, {hi:.3f}]")
     console.print(table)
+    inproc = in_process()
+    steady = Table(title="tiny loop in one process: step time added by installing the harness (median of 3)")
+    steady.add_column("harness")
+    steady.add_column("added per step", justify="right")
+    steady.add_row("without probes (--no-split)", fmt(inproc["no-split"], sign=True))
+    steady.add_row("with probes", fmt(inproc["split"], sign=True))
+    steady.add_row("the probes (difference)", fmt(inproc["split"] - inproc["no-split"], sign=True))
+    console.print(steady)
     costs = probe_costs()
     per_probe = Table(title="one probe, in process (fastest of 7 × 20,000 calls)")
     per_probe.add_column("probe")
@@ -147,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if opts.json:
         command = shlex.join([Path(sys.executable).name, "benchmarks/harness_overhead.py", *(argv or sys.argv[1:])])
         Path(opts.json).write_text(json.dumps({"command": command, **host(), "results": rows,
-                                               "probe_costs_s": dict(costs)}, indent=2) + "\n")
+                                               "in_process_added_s": inproc, "probe_costs_s": dict(costs)}, indent=2) + "\n")
     return 0
 
 
