@@ -550,5 +550,14 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
+@main.command()
+def server():
+    """Run the language server on stdin/stdout, for editors (needs the `server` extra:
+    pip install "torch-perflint[server]").  Settings come from pyproject.toml as for `check`."""
+    from perflint.server import main as server_main
+
+    sys.exit(server_main())
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

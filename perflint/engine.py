@@ -781,7 +781,12 @@ def _pool_run(jobs, order, out, workers, progress, on_start):
 
     ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as pool:
-        futures = {pool.submit(run_job, jobs[i]): i for i in order}
+        futures = {}
+        for i in order:
+            try:
+                futures[pool.submit(run_job, jobs[i])] = i
+            except BrokenProcessPool:
+                break  # a worker died while jobs were still being handed out: the rest is retried
         if on_start is not None:
             progress = on_start() or progress
         for fut in as_completed(futures):

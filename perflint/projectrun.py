@@ -26,20 +26,24 @@ from perflint.source import atomic_write
 MAX_ROUNDS = 4
 
 
+def _load_dict(path: Path | None) -> dict:
+    """A JSON object from a cache file; empty when there is none or it is unreadable."""
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 class SummaryCache:
     """sha256 of a file's bytes → its module summary (`.perflint_cache/<version>/`)."""
 
     def __init__(self, directory: Path | None) -> None:
         self.path = directory / __version__ / f"summaries-{code_stamp()}.json" if directory is not None else None
-        self.entries: dict[str, dict] = {}
+        self.entries: dict[str, dict] = _load_dict(self.path)
         self.dirty = False
-        if self.path is not None:
-            try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
-                if isinstance(data, dict):
-                    self.entries = data
-            except (OSError, ValueError):
-                pass
 
     def get(self, sha: str) -> dict | None:
         got = self.entries.get(sha)
@@ -156,17 +160,10 @@ class ImportLines:
 
     def __init__(self, directory: Path | None) -> None:
         self.path = directory / __version__ / f"imports-{code_stamp()}.json" if directory is not None else None
-        self.entries: dict[str, list] = {}
+        self.entries: dict[str, list] = _load_dict(self.path)
         self.fresh: dict[str, bytes] = {}  # the bytes of files read in this run (up to FRESH_LIMIT)
         self._fresh_bytes = 0
         self.dirty = False
-        if self.path is not None:
-            try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
-                if isinstance(data, dict):
-                    self.entries = data
-            except (OSError, ValueError):
-                pass
 
     def _entry(self, path: str) -> list | None:
         """[mtime_ns, size, import lines, sha256] of a regular file, read only when its size

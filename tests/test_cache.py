@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import json
 
 import pytest
@@ -166,7 +168,8 @@ def test_a_warm_run_answers_from_the_cache_without_importing_the_rules(tmp_path)
     import subprocess
     import sys
 
-    write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "train.py": LOADER, "test_train.py": LOADER})
+    test_module = "import pytest\n" + textwrap.dedent(LOADER)
+    write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "train.py": LOADER, "test_train.py": test_module})
     probe = (
         "import sys\nfrom perflint.cli import main\n"
         "try:\n    main(['check', '.', '--exit-zero', '--output-format', 'concise'])\n"

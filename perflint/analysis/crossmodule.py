@@ -266,21 +266,7 @@ class CrossModuleMixin:
     def runs_on_every_call(self, node: cst.CSTNode, host: cst.FunctionDef) -> bool:
         """Whether `node` runs each time `host` runs (not in a throttled or leaving branch,
         an exception handler or a nested function)."""
-        from perflint.analysis.loops import _leaves
-
-        cur = node
-        for parent in self.ancestors(node):
-            if parent is host:
-                return True
-            if isinstance(parent, cst.If) and cur is parent.body:
-                if self.is_throttled_test(parent.test) or _leaves(parent.body):
-                    return False
-            if isinstance(parent, (cst.ExceptHandler, cst.Lambda)):
-                return False
-            if isinstance(parent, cst.FunctionDef):
-                return False
-            cur = parent
-        return False
+        return self.runs_each_time(node, host, nested_functions=False)
 
 
 def literal_or_default(facts, node: cst.BaseExpression):

@@ -133,14 +133,22 @@ class LoopsMixin:
 
     def iteration_context_plain(self, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
         """Whether `node` runs on every iteration of `loop` (not in a throttled branch)."""
+        return self.runs_each_time(node, loop, nested_functions=True)
+
+    def runs_each_time(self, node: cst.CSTNode, container: cst.CSTNode, nested_functions: bool) -> bool:
+        """Whether `node` runs each time `container` (a loop body, a function) runs: not in a
+        throttled branch, a branch that leaves, or an exception handler; with
+        `nested_functions=False`, not in a nested function or lambda either."""
         cur = node
         for parent in self.ancestors(node):
-            if parent is loop:
+            if parent is container:
                 return True
             if isinstance(parent, cst.If) and cur is parent.body:
                 if self.is_throttled_test(parent.test) or _leaves(parent.body):
                     return False
             if isinstance(parent, cst.ExceptHandler):
+                return False
+            if not nested_functions and isinstance(parent, (cst.Lambda, cst.FunctionDef)):
                 return False
             cur = parent
         return False
