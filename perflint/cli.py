@@ -499,32 +499,55 @@ def rules(output_format):
 @click.option("--unsafe-fixes", is_flag=True, help="Produce the fixed script with unsafe fixes too.")
 @click.option("--steps", type=click.IntRange(min=1), default=30, show_default=True, help="Measured optimizer steps per run.")
 @click.option("--warmup", type=click.IntRange(min=1), default=5, show_default=True, help="Optimizer steps discarded before measuring (at least 1: the first step's time includes start-up).")
-@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Runs of each script, alternated A B A B ….")
+@click.option("--repeats", type=click.IntRange(min=1), default=2, show_default=True, help="Runs of each script at least, alternated A B A B ….")
+@click.option("--max-time", type=click.FloatRange(min=0), default=300.0, show_default=True, help="Seconds of measuring after which no further pair of runs is started (0: just --repeats runs).")
+@click.option("--precision", type=click.FloatRange(min=0, max=1, min_open=True), default=0.05, show_default=True, help="Stop once the speedup's 95% interval is within ± this fraction of it.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds one run may take.")
 @click.option("--loss-tolerance", type=float, default=0.05, show_default=True, help="Largest relative loss difference accepted.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the result as JSON here.")
 @click.option("--target-torch", metavar="X.Y", help="Target torch version for the fixer.")
 @click.option("--quiet", "-q", is_flag=True, help="No per-run progress lines.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def verify(script, fixed, unsafe_fixes, steps, warmup, repeats, timeout, loss_tolerance, json_out, target_torch, quiet, script_args):
-    """Measure SCRIPT against its fixed version, alternating runs (needs torch).
+def verify(script, fixed, unsafe_fixes, steps, warmup, repeats, max_time, precision, timeout, loss_tolerance, json_out,
+           target_torch, quiet, script_args):
+    """Measure SCRIPT against its fixed version, alternating runs until the speedup is known (needs torch).
 
     Arguments after `--` go to both scripts, e.g. `perflint verify train.py -- --device cuda`.
     """
+    if not _torch_importable():
+        _fail(f"`perflint verify` runs the scripts under torch, which {sys.executable} cannot import; "
+              "install it with `pip install 'torch-perflint[runtime]'`")
     try:
         from perflint_runtime.verify import main as verify_main
     except ImportError as exc:
-        raise click.ClickException(
-            f"`perflint verify` needs the runtime package and torch ({exc}); install with "
-            "`pip install 'torch-perflint[runtime]'`"
-        ) from None
-    target = parse_version(target_torch, "--target-torch") if target_torch else None
+        _fail(f"`perflint verify` needs the runtime package ({exc}); install with "
+              "`pip install 'torch-perflint[runtime]'`")
+    try:
+        target = parse_version(target_torch, "--target-torch") if target_torch else None
+    except ConfigError as exc:
+        _fail(str(exc))
     code = verify_main(
         script=script, fixed=fixed, unsafe_fixes=unsafe_fixes, steps=steps, warmup=warmup, repeats=repeats,
         timeout=timeout, loss_tolerance=loss_tolerance, json_out=json_out, script_args=list(script_args),
-        target_torch=target, quiet=quiet,
+        target_torch=target, quiet=quiet, max_time=max_time, precision=precision,
     )
     sys.exit(code)
+
+
+def _torch_importable() -> bool:
+    """Whether this Python can import torch (found without importing it: that takes seconds)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _fail(message: str) -> None:
+    """One error line on stderr, exit status 2 (a usage error)."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)
 
 
 @main.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ pytest.importorskip("torch")
 from perflint.cli import main as cli  # noqa: E402
 from perflint_runtime import verify  # noqa: E402
 from perflint_runtime.harness import CRASHED, OK, RunResult  # noqa: E402
+from perflint_runtime.phases import PHASES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE_CLASSIFIER = ROOT / "fixtures" / "workloads" / "image_classifier.py"
@@ -29,11 +31,18 @@ for epoch in range(2):
 """
 
 
-def run(times, losses, status=OK, device="cpu", device_name="Test CPU") -> RunResult:
+def run(times, losses, status=OK, device="cpu", device_name="Test CPU", phases=None, syncs=None) -> RunResult:
+    """A canned run; `phases` maps a phase to its share of every step (the rest is "other")."""
+    phase_times = {}
+    if phases is not None:
+        shares = {p: phases.get(p, 0.0) for p in PHASES}
+        shares["other"] = 1.0 - sum(v for p, v in shares.items() if p != "other")
+        phase_times = {p: [t * share for t in times] for p, share in shares.items()}
     return RunResult(status=status, argv=["python", "x.py"], wall_s=1.0, message="it broke" if status != OK else "",
                      steps_done=len(losses), step_times_s=list(times), losses=list(losses), batch_size=16,
                      peak_memory_bytes=2**20, device=device, device_name=device_name, torch_version="2.13.0",
-                     torch_threads=2, stderr_tail=["Traceback", "ValueError: bad"] if status != OK else [])
+                     torch_threads=2, stderr_tail=["Traceback", "ValueError: bad"] if status != OK else [],
+                     phase_times_s=phase_times, host_syncs=None if syncs is None else [syncs] * len(times))
 
 
 def fake_runner(monkeypatch, by_script):
@@ -109,13 +118,58 @@ def test_crash_exits_2_with_stderr(monkeypatch, project, tmp_path):
     assert data["comparison"] is None
 
 
-def test_nothing_to_fix_exits_0_without_running(monkeypatch, tmp_path):
+def test_nothing_to_fix_exits_2_without_running(monkeypatch, tmp_path):
     calls = fake_runner(monkeypatch, lambda p: pytest.fail("nothing should run"))
     clean = tmp_path / "clean.py"
     clean.write_text("print('no torch here')\n")
     result = invoke(clean)
-    assert result.exit_code == 0
-    assert "nothing to compare" in result.output and not calls
+    assert result.exit_code == 2 and not calls
+    assert "nothing to compare: perflint has no fix for" in result.output
+    assert "--fixed FILE" in result.output and "unsafe" not in result.output
+
+
+ONLY_UNSAFE_FIXES = """
+import torch
+
+model = torch.nn.Linear(4, 4).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+for step in range(10):
+    loss = model(torch.randn(8, 4, device="cuda")).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_only_unsafe_fixes_says_how_to_include_them(monkeypatch, tmp_path):
+    calls = fake_runner(monkeypatch, lambda p: pytest.fail("nothing should run"))
+    script = tmp_path / "train.py"
+    script.write_text(ONLY_UNSAFE_FIXES)
+    out = tmp_path / "r.json"
+    result = invoke(script, "--json", out)
+    assert result.exit_code == 2 and not calls
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert "3 unsafe fixes exist (PF302, PF403, PF405)" in lines[0]
+    assert "add --unsafe-fixes to include them" in lines[0]
+    assert json.loads(out.read_text())["error"].startswith("nothing to compare")
+
+
+def test_only_unsafe_fixes_are_measured_with_unsafe_fixes(monkeypatch, tmp_path):
+    calls = fake_runner(monkeypatch, lambda p: run([0.1] * 5, [1.0]))
+    script = tmp_path / "train.py"
+    script.write_text(ONLY_UNSAFE_FIXES)
+    result = invoke_unsafe(script, "--repeats", "1")
+    assert result.exit_code == 0, result.output
+    assert len(calls) == 2
+
+
+def test_without_torch_exits_2_with_one_line(monkeypatch, project):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails, as where it is not installed
+    result = invoke(project)
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and result.output.startswith("error: `perflint verify`")
+    assert "cannot import" in result.output and "torch-perflint[runtime]" in result.output
 
 
 def test_explicit_fixed_script_is_used_as_given(monkeypatch, project, tmp_path):
@@ -155,7 +209,7 @@ def test_end_to_end_on_the_image_classifier(tmp_path):
     """The real thing: both scripts run under the harness on the CPU (speed itself is not asserted)."""
     out = tmp_path / "verify.json"
     result = invoke(IMAGE_CLASSIFIER, "--unsafe-fixes", "--steps", "20", "--warmup", "2", "--repeats", "1",
-                    "--timeout", "300", "--json", out, "--", "--device", "cpu")
+                    "--max-time", "0", "--timeout", "300", "--json", out, "--", "--device", "cpu")
     assert result.exit_code in (0, 1), result.output
     data = json.loads(out.read_text())
     assert result.exit_code == 0 or data["comparison"]["verdict"] == "slower beyond noise", result.output
@@ -170,15 +224,246 @@ def test_end_to_end_on_the_image_classifier(tmp_path):
     assert sum(losses[-5:]) < sum(losses[:5])  # it learns
     assert data["comparison"]["max_loss_divergence"] <= 0.05
     assert not list(IMAGE_CLASSIFIER.parent.glob(".image_classifier.*"))
+    # where the step goes: every step split, the phases adding up to the step
+    for r in (original, fixed):
+        phases = r["phase_times_s"]
+        assert all(len(phases[p]) == 20 for p in PHASES)
+        for k, step in enumerate(r["step_times_s"]):
+            assert sum(phases[p][k] for p in PHASES) == pytest.approx(step, rel=1e-9)
+        assert sum(phases["compute"]) > 0 and sum(phases["optimizer"]) > 0 and sum(phases["data"]) > 0
+        assert sum(phases["h2d"]) == 0 and sum(phases["device"]) == 0  # the CPU: no copies, no GPU
+        assert r["host_syncs"] is None
+    assert "where the step goes:" in result.output and "original: " in result.output
+    assert data["sampling"]["stopped_by"] == "time budget" and data["sampling"]["runs_per_script"] == 1
 
 
 def test_verify_command_is_reproducible():
-    settings = verify.MeasureSettings(steps=30, warmup=5, repeats=3, timeout=600.0, loss_tolerance=0.05)
+    settings = verify.MeasureSettings(steps=30, warmup=5, repeats=3, timeout=600.0, loss_tolerance=0.05,
+                                      max_time=120, precision=0.1)
     cmd = verify.verify_command("train.py", None, True, settings, "out.json", ["--device", "cuda"], (2, 4))
-    assert cmd == ("perflint verify train.py --unsafe-fixes --steps 30 --warmup 5 --repeats 3 --timeout 600 "
-                   "--loss-tolerance 0.05 --target-torch 2.4 --json out.json -- --device cuda")
+    assert cmd == ("perflint verify train.py --unsafe-fixes --steps 30 --warmup 5 --repeats 3 --max-time 120 "
+                   "--precision 0.1 --timeout 600 --loss-tolerance 0.05 --target-torch 2.4 --json out.json "
+                   "-- --device cuda")
 
 
 def test_gpu_runs_are_named_as_such():
     line = verify.device_line([run([0.1], [1.0], device="cuda", device_name="NVIDIA H100 80GB HBM3")])
     assert line == "Measured on NVIDIA H100 80GB HBM3 (torch 2.13.0)."
+
+
+# -- where the step goes -------------------------------------------------------------------
+
+LOADER_BOUND = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Noise(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.randn(4), torch.randn(1)
+
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(Noise(), batch_size=8)
+for x, y in loader:
+    loss = (model(x) - y).pow(2).mean()
+    optimizer.zero_grad(set_to_none=False)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_split_is_printed_side_by_side_with_the_rules_for_the_largest_share(monkeypatch, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(LOADER_BOUND)
+    fake_runner(monkeypatch, lambda p: run([0.1] * 5, [1.0], phases={"data": 0.86, "compute": 0.1})
+                if Path(p) == script else run([0.05] * 5, [1.0], phases={"data": 0.7, "compute": 0.1}))
+    out = tmp_path / "r.json"
+    result = invoke_unsafe(script, "--repeats", "1", "--json", out)
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:4]]
+            for line in result.output.splitlines() if line.count("│") == 4}
+    assert rows["waiting for data"] == ["86.00 ms  86%", "35.00 ms  70%"]
+    assert rows["forward + backward"] == ["10.00 ms  10%", "5.00 ms  10%"]
+    assert rows["other host time"] == ["4.00 ms   4%", "10.00 ms  20%"]
+    assert "host-to-device copies" in rows and "optimizer step" in rows
+    assert "GPU wait at step end" not in rows and "host syncs per step" not in rows  # a CPU run
+    text = " ".join(result.output.split())
+    # PF101 is reported on the original (no fix); on the CPU the CUDA-only rules are not named
+    assert ("original: 86% of the step waits for data: PF101 num_workers (reported here: unsafe fix); also "
+            "PF103 persistent_workers, PF106 worker start method, PF501 FFT convolution") in text
+    assert "fixed: 70% of the step waits for data; perflint reports none of its rules here (PF101 num_workers" in text
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["original"]["phases_s"]["data"] == pytest.approx(0.086)
+    assert sum(summary["fixed"]["phases_s"].values()) == pytest.approx(summary["fixed"]["mean_step_s"])
+
+
+def test_cuda_runs_show_the_gpu_wait_and_host_syncs(monkeypatch, project):
+    def cuda_run(path):
+        fast = Path(path) != project
+        return run([0.05 if fast else 0.1] * 5, [1.0], device="cuda", device_name="NVIDIA H100",
+                   phases={"device": 0.2 if fast else 0.7, "h2d": 0.1}, syncs=1 if fast else 3)
+
+    fake_runner(monkeypatch, cuda_run)
+    result = invoke_unsafe(project, "--repeats", "1")
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:4]]
+            for line in result.output.splitlines() if line.count("│") == 4}
+    assert rows["GPU wait at step end"] == ["70.00 ms  70%", "10.00 ms  20%"]
+    assert rows["host syncs per step"] == ["3.0", "1.0"]
+    text = " ".join(result.output.split())
+    assert ("original: 70% of the step waits for the GPU at the step's end; perflint reports none of its rules "
+            "here (PF403 bf16 autocast") in text
+    assert "PF405 TF32" in text and "PF302 fused optimizer" in text
+    assert "3.0 host syncs per step; perflint reports none of its rules here (PF201 .item() every step" in text
+    assert "1.0 host syncs per step;" in text
+
+
+def test_runs_without_a_split_print_no_split(monkeypatch, project):
+    fake_runner(monkeypatch, lambda p: run([0.1] * 5, [1.0]))
+    result = invoke_unsafe(project, "--repeats", "1")
+    assert result.exit_code == 0, result.output
+    assert "where the step goes" not in result.output and "waiting for data" not in result.output
+
+
+def test_reported_rules_come_first_with_their_fix_kind():
+    summary = verify.summarise([run([0.1] * 4, [1.0], phases={"data": 0.1})])  # "other" is 90%
+    findings = verify.Findings(fixes={"PF301": {"unsafe"}, "PF201": {"none"}})
+    assert verify.rules_line(summary, findings, cuda=False) == (
+        "90% of the step is other host time: PF301 zero_grad(set_to_none=True) (reported here: unsafe fix); "
+        "also PF204 loss kept with its graph")
+    assert verify.rules_line(summary, findings, cuda=True).startswith(
+        "90% of the step is other host time: PF201 .item() every step (reported here: no automatic fix), "
+        "PF301 zero_grad(set_to_none=True) (reported here: unsafe fix); also PF202 host syncs every step")
+    assert verify.rules_line(summary, verify.Findings(), cuda=False) == (
+        "90% of the step is other host time; perflint reports none of its rules here (PF204 loss kept with its "
+        "graph, PF301 zero_grad(set_to_none=True))")
+
+
+def test_syncs_line_names_the_sync_rules():
+    summary = verify.summarise([run([0.1] * 4, [1.0], device="cuda", phases={}, syncs=2)])
+    findings = verify.Findings(fixes={"PF201": {"none"}})
+    assert verify.syncs_line(summary, findings) == (
+        "2.0 host syncs per step: PF201 .item() every step (reported here: no automatic fix); also PF202 host syncs "
+        "every step, PF203 empty_cache() every step")
+    assert verify.syncs_line(verify.summarise([run([0.1] * 4, [1.0], device="cuda", syncs=0)]), findings) is None
+
+
+def test_no_rule_for_the_largest_share_on_this_device():
+    summary = verify.summarise([run([0.1] * 4, [1.0], phases={"h2d": 0.9})])
+    assert verify.rules_line(summary, verify.Findings(), cuda=False) == (
+        "90% of the step is host-to-device copies: perflint has no rule for it on this device")
+    assert verify.rules_line(summary, verify.Findings(fixes={"PF105": {"safe", "unsafe"}}), cuda=True) == (
+        "90% of the step is host-to-device copies: PF105 non_blocking copies (reported here: safe fix, unsafe fix); "
+        "also PF102 pin_memory, PF409 tensors created on the device")
+
+
+# -- sampling until the speedup is known -------------------------------------------------------
+
+
+class FakeClock:
+    """Each run takes `per_run` seconds of this clock."""
+
+    def __init__(self, per_run: float):
+        self.now = 0.0
+        self.per_run = per_run
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def scripted_runs(monkeypatch, clock: FakeClock, original, fixed):
+    """Run k of each script gets the step times `original(k)` / `fixed(k)`."""
+    counts = {"a.py": 0, "b.py": 0}
+
+    def fake_run_script(path, args, **kwargs):
+        counts[path] += 1
+        clock.now += clock.per_run
+        times = (original if path == "a.py" else fixed)(counts[path])
+        return run(times, [1.0] * len(times))
+
+    monkeypatch.setattr(verify, "run_script", fake_run_script)
+    return counts
+
+
+def settings(**kw):
+    base = dict(steps=4, warmup=1, repeats=2, timeout=60.0, loss_tolerance=0.05, max_time=100.0, precision=0.05)
+    return verify.MeasureSettings(**{**base, **kw})
+
+
+def test_sampling_stops_when_the_interval_is_tight(monkeypatch):
+    clock = FakeClock(per_run=1.0)
+    steady = [0.100, 0.101, 0.099, 0.100]
+    counts = scripted_runs(monkeypatch, clock, lambda k: steady, lambda k: [t / 2 for t in steady])
+    runs, sampling = verify.measure_until_known({"original": "a.py", "fixed": "b.py"}, [], settings(), clock=clock)
+    assert sampling.stopped_by == verify.PRECISION
+    assert counts == {"a.py": 2, "b.py": 2}  # the minimum (--repeats) was enough
+    assert sampling.runs_per_script == 2 and sampling.measured_steps == {"original": 8, "fixed": 8}
+    assert sampling.half_width <= 0.05 and sampling.elapsed_s == 4.0
+
+
+def test_sampling_adds_runs_until_the_interval_is_tight(monkeypatch):
+    """Run-to-run drift makes the first runs disagree; more runs narrow the interval."""
+    clock = FakeClock(per_run=1.0)
+    drift = lambda k: [0.1 * (1.5 if k == 1 else 1.0)] * 4  # noqa: E731 - the first run is slow
+    counts = scripted_runs(monkeypatch, clock, drift, lambda k: [0.05] * 4)
+    _, sampling = verify.measure_until_known({"original": "a.py", "fixed": "b.py"}, [],
+                                             settings(precision=0.1, max_time=1000.0), clock=clock)
+    assert sampling.stopped_by == verify.PRECISION
+    assert counts["a.py"] > 2 and counts["a.py"] == counts["b.py"]
+    assert sampling.half_width <= 0.1
+
+
+def test_sampling_stops_at_the_time_budget(monkeypatch):
+    clock = FakeClock(per_run=10.0)
+    noisy = lambda k: [0.1 * (1 + (k % 3))] * 4  # noqa: E731 - runs that never agree
+    counts = scripted_runs(monkeypatch, clock, noisy, lambda k: [0.05] * 4)
+    runs, sampling = verify.measure_until_known({"original": "a.py", "fixed": "b.py"}, [],
+                                                settings(max_time=75.0), clock=clock)
+    assert sampling.stopped_by == verify.TIME_BUDGET
+    # pairs take 20 s: after 3 pairs (60 s) a fourth would end at 80 s > 75 s
+    assert counts == {"a.py": 3, "b.py": 3} and sampling.elapsed_s == 60.0
+    assert sampling.half_width > 0.05
+    line = verify.sampling_line(sampling)
+    assert line.startswith("sampling: stopped by the time budget (--max-time 75 s) after 3 runs of each script "
+                           "(12 + 12 measured steps, 60 s)")
+
+
+def test_zero_time_budget_runs_just_the_minimum(monkeypatch):
+    clock = FakeClock(per_run=1.0)
+    noisy = lambda k: [0.1 * (1 + (k % 3))] * 4  # noqa: E731
+    counts = scripted_runs(monkeypatch, clock, noisy, lambda k: [0.05] * 4)
+    _, sampling = verify.measure_until_known({"original": "a.py", "fixed": "b.py"}, [],
+                                             settings(repeats=3, max_time=0.0), clock=clock)
+    assert counts == {"a.py": 3, "b.py": 3} and sampling.stopped_by == verify.TIME_BUDGET
+
+
+def test_sampling_is_reported_and_written(monkeypatch, project, tmp_path):
+    fake_runner(monkeypatch, lambda p: run([0.1] * 10, [2.0]) if Path(p) == project else run([0.05] * 10, [2.0]))
+    out = tmp_path / "r.json"
+    result = invoke_unsafe(project, "--steps", "10", "--json", out)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "sampling: stopped when the 95% interval came within ±5% of the speedup (±0.0%), after 2 runs of each " \
+           "script (20 + 20 measured steps" in text
+    data = json.loads(out.read_text())
+    assert data["sampling"]["stopped_by"] == "precision" and data["sampling"]["measured_steps"] == {
+        "original": 20, "fixed": 20}
+    assert data["settings"]["max_time"] == 300.0 and data["settings"]["precision"] == 0.05
+
+
+def test_measure_alternating_runs_exactly_the_repeats(monkeypatch):
+    order = []
+
+    def fake_run_script(path, args, **kwargs):
+        order.append(path)
+        return run([0.1] * 3, [1.0] * 3)
+
+    monkeypatch.setattr(verify, "run_script", fake_run_script)
+    runs = verify.measure_alternating({"original": "a.py", "fixed": "b.py", "trainer": "c.py"}, [],
+                                      settings(repeats=3, max_time=1e9))
+    assert order == ["a.py", "b.py", "c.py"] * 3 and [len(v) for v in runs.values()] == [3, 3, 3]

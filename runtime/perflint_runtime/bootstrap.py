@@ -9,6 +9,13 @@ of every optimizer is seen without touching the script:
 * a step ends in the post-step hook: the device is synchronised, then the clock is read;
   a step's time runs from the end of the previous step to the end of this one, so it
   holds data loading, forward, backward and the update;
+* the step is split into phases (waiting for data, host-to-device copies, forward +
+  backward, optimizer step, other host time, and on CUDA the end-of-step wait for the
+  GPU; see `perflint_runtime.phases`): probes in the loader's `__next__`, in
+  `Tensor.to`/`Tensor.cuda`, in `backward()` and around `optimizer.step()` only append
+  a time stamp; the split is computed after the clock is read.  On CUDA the measured
+  steps also count host syncs (`torch.cuda.set_sync_debug_mode("warn")`, its warnings
+  counted and swallowed, plus explicit `torch.cuda.synchronize()` calls);
 * the first `warmup` steps are discarded; the clock restarts after the harness's own
   bookkeeping, which is therefore never timed;
 * the loss is the scalar last passed to `backward()` (through `torch.autograd.backward`,
@@ -27,11 +34,13 @@ result file that says so, with the steps it did reach.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
 import runpy
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -39,6 +48,7 @@ from pathlib import Path
 
 import torch
 
+from perflint_runtime.phases import PHASES, SyncCounter, mode_number, split_step
 from perflint_runtime.sysinfo import cpu_model
 
 STATUS_COMPLETE = "complete"  # reached warmup + steps
@@ -65,12 +75,19 @@ class Result:
     device_name: str = ""
     torch_version: str = torch.__version__
     torch_threads: int = 1
+    # per measured step, seconds in each phase (`perflint_runtime.phases.PHASES`)
+    phase_times_s: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PHASES})
+    # per measured step, host syncs with the GPU; None when the run did not use CUDA
+    host_syncs: list[int] | None = None
+
+
+_cuda_synchronize = torch.cuda.synchronize  # the harness's own, never counted as the script's
 
 
 def synchronize() -> None:
     """Wait for queued device work, so that the clock reads finished work."""
     if torch.cuda.is_initialized():
-        torch.cuda.synchronize()
+        _cuda_synchronize()
 
 
 def first_tensor(value: object) -> torch.Tensor | None:
@@ -109,28 +126,63 @@ class StepRecorder:
         self.forward_batch: int | None = None
         self.in_loader = False
         self.started = 0.0
+        self.events: list[tuple[float, str | None]] = []  # this step's probe stamps (`phases`)
+        self.main_thread = threading.get_ident()
+        self.syncs: SyncCounter | None = None  # set by `install` where CUDA can be used
 
     # -- hooks -----------------------------------------------------------------------
     def pre_step(self, optimizer, args, kwargs) -> None:
+        self.mark("optimizer")
         if self.primary is None:
             self.primary = id(optimizer)
 
     def post_step(self, optimizer, args, kwargs) -> None:
         if id(optimizer) != self.primary:
+            self.mark(None)
             return
-        synchronize()
-        now = time.perf_counter()
+        if torch.cuda.is_initialized():
+            host_end = time.perf_counter()
+            before = self.syncs.count if self.syncs is not None else 0
+            synchronize()
+            now = time.perf_counter()
+            if self.syncs is not None:
+                self.syncs.count = before  # the harness's own wait is not the script's sync
+        else:
+            now = host_end = time.perf_counter()
+        # -- bookkeeping: not timed ----------------------------------------------------
         r = self.result
         r.steps_done += 1
+        events = self.events[:]
+        self.events.clear()
+        syncs = self.syncs.take() if self.syncs is not None else 0
         if r.steps_done > r.warmup:
             r.step_times_s.append(now - self.started)
+            if r.phase_times_s:
+                for phase, seconds in split_step(events, self.started, host_end, now).items():
+                    r.phase_times_s[phase].append(seconds)
+            if self.syncs is not None and self.syncs.active:
+                if r.host_syncs is None:
+                    r.host_syncs = []
+                r.host_syncs.append(syncs)
         r.losses.append(self._take_loss())
         if r.steps_done == r.warmup:
             self._reset_peak_memory()
+            if self.syncs is not None and torch.cuda.is_initialized():
+                self.syncs.start()
+        elif self.syncs is not None:
+            self.syncs.ensure_installed()
         if r.steps_done == r.warmup + r.steps_wanted:
             r.status = STATUS_COMPLETE
             self.on_complete(self)
+        self.events.clear()
+        if self.syncs is not None:
+            self.syncs.take()  # the bookkeeping's own syncs (reading the loss) are not the script's
         self.started = time.perf_counter()
+
+    def mark(self, kind: str | None) -> None:
+        """A probe: stamp the time (main thread only; see `perflint_runtime.phases`)."""
+        if threading.get_ident() == self.main_thread:
+            self.events.append((time.perf_counter(), kind))
 
     def note_backward(self, tensors) -> None:
         if isinstance(tensors, (list, tuple)):
@@ -198,8 +250,9 @@ def peak_rss_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
-def install(recorder: StepRecorder) -> None:
-    """Register the optimizer hooks and the loss and batch-size probes."""
+def install(recorder: StepRecorder, split: bool = True) -> None:
+    """Register the optimizer hooks and the loss and batch-size probes; with `split`, the
+    phase probes too (without it nothing is stamped: the harness's cost can be measured)."""
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     from torch.utils.data.dataloader import _BaseDataLoaderIter
 
@@ -207,10 +260,19 @@ def install(recorder: StepRecorder) -> None:
     register_optimizer_step_post_hook(recorder.post_step)
 
     autograd_backward = torch.autograd.backward
+    if not split:
+        recorder.mark = lambda kind: None  # type: ignore[method-assign]
+        recorder.result.phase_times_s = {}
+    mark = recorder.mark
 
+    @functools.wraps(autograd_backward)
     def backward(tensors, *args, **kwargs):
         recorder.note_backward(tensors)
-        return autograd_backward(tensors, *args, **kwargs)
+        mark("backward")
+        try:
+            return autograd_backward(tensors, *args, **kwargs)
+        finally:
+            mark(None)
 
     torch.autograd.backward = backward
 
@@ -226,24 +288,86 @@ def install(recorder: StepRecorder) -> None:
     loader_next = _BaseDataLoaderIter.__next__
 
     def next_and_note(self):
+        mark("data")
         recorder.in_loader = True
         try:
             batch = loader_next(self)
         finally:
             recorder.in_loader = False
-        recorder.note_loader_batch(batch)
-        _BaseDataLoaderIter.__next__ = loader_next  # one batch is enough
+            mark(None)
+        if recorder.loader_batch is None:
+            recorder.note_loader_batch(batch)
+        if not split:
+            _BaseDataLoaderIter.__next__ = loader_next  # one batch is enough
         return batch
 
+    functools.update_wrapper(next_and_note, loader_next)
     _BaseDataLoaderIter.__next__ = next_and_note
+    if split:
+        install_copy_probes(recorder)
+        if torch.cuda.is_available():
+            install_sync_counter(recorder)
 
     handle = None
+    compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 
     def forward_pre_hook(module, args):
+        if compiling():  # inside code torch.compile traces: do nothing (no graph break, no error under fullgraph)
+            return
         if recorder.note_forward(args) and handle is not None:
             handle.remove()
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(forward_pre_hook)
+
+
+def install_copy_probes(recorder: StepRecorder) -> None:
+    """Stamp `Tensor.to` and `Tensor.cuda` calls that copy a CPU tensor to another device.
+
+    The call is timed only when the tensor is on the CPU, and stamped only when what it
+    returns is not (a dtype change or a no-op `.to("cpu")` leaves no stamp).  Inside
+    code that torch.compile traces nothing is stamped."""
+    stamp = recorder.events.append  # one list for the whole run, emptied after each step
+    main = recorder.main_thread
+    clock = time.perf_counter
+    get_ident = threading.get_ident
+    compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+
+    def probe(original):
+        @functools.wraps(original)
+        def copy(self, *args, **kwargs):
+            if not self.is_cpu or compiling() or get_ident() != main:
+                return original(self, *args, **kwargs)
+            started = clock()
+            out = original(self, *args, **kwargs)
+            if out is not self and isinstance(out, torch.Tensor) and not out.is_cpu:
+                stamp((started, "h2d"))
+                stamp((clock(), None))
+            return out
+
+        return copy
+
+    torch.Tensor.to = probe(torch.Tensor.to)
+    torch.Tensor.cuda = probe(torch.Tensor.cuda)
+
+
+def install_sync_counter(recorder: StepRecorder) -> None:
+    """Count host syncs on CUDA (from the end of the warm-up; see `phases.SyncCounter`)."""
+    counter = SyncCounter(lambda mode: torch._C._cuda_set_sync_debug_mode(mode))
+    recorder.syncs = counter
+    script_set_mode = torch.cuda.set_sync_debug_mode
+
+    @functools.wraps(script_set_mode)
+    def set_sync_debug_mode(debug_mode):
+        script_set_mode(debug_mode)  # validates, initialises CUDA, as torch's own would
+        counter.script_sets_mode(mode_number(debug_mode))
+
+    @functools.wraps(_cuda_synchronize)
+    def cuda_synchronize(device=None):
+        counter.note_explicit()
+        return _cuda_synchronize(device)
+
+    torch.cuda.set_sync_debug_mode = set_sync_debug_mode
+    torch.cuda.synchronize = cuda_synchronize
 
 
 def write_result(path: str, result: Result) -> None:
@@ -262,7 +386,7 @@ def exit_code_of(exc: SystemExit) -> int:
     return 1  # sys.exit("message") prints the message and exits 1
 
 
-def run(script: str, script_args: list[str], steps: int, warmup: int, result_path: str) -> int:
+def run(script: str, script_args: list[str], steps: int, warmup: int, result_path: str, split: bool = True) -> int:
     """Run `script` under the recorder; return the exit status for this process."""
 
     def complete(recorder: StepRecorder) -> None:
@@ -272,7 +396,7 @@ def run(script: str, script_args: list[str], steps: int, warmup: int, result_pat
         os._exit(0)  # stop the script here; DataLoader workers are reaped by the launcher
 
     recorder = StepRecorder(warmup, steps, complete)
-    install(recorder)
+    install(recorder, split)
     sys.argv = [script, *script_args]
     sys.path[0] = str(Path(script).resolve().parent)
     try:
@@ -296,10 +420,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, required=True, help="measured optimizer steps")
     parser.add_argument("--warmup", type=int, required=True, help="optimizer steps discarded first (at least 1)")
     parser.add_argument("--result", required=True, help="where to write the JSON result")
+    parser.add_argument("--no-split", action="store_true",
+                        help="no phase probes (to measure what they cost): step times and losses only")
     parser.add_argument("script", help="the training script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     opts = parser.parse_args(argv)
-    return run(opts.script, opts.script_args, opts.steps, opts.warmup, opts.result)
+    return run(opts.script, opts.script_args, opts.steps, opts.warmup, opts.result, split=not opts.no_split)
 
 
 if __name__ == "__main__":

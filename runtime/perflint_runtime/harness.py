@@ -47,6 +47,9 @@ class RunResult:
     device_name: str = ""
     torch_version: str = ""
     torch_threads: int = 0
+    # per measured step, seconds in each phase (`perflint_runtime.phases.PHASES`); empty if unknown
+    phase_times_s: dict[str, list[float]] = field(default_factory=dict)
+    host_syncs: list[int] | None = None  # per measured step, on CUDA only
     stderr_tail: list[str] = field(default_factory=list)
 
     @property
@@ -61,20 +64,22 @@ class RunResult:
         return text
 
 
-def bootstrap_command(script: str, script_args: list[str], steps: int, warmup: int, result: str) -> list[str]:
+def bootstrap_command(script: str, script_args: list[str], steps: int, warmup: int, result: str,
+                      split: bool = True) -> list[str]:
     """`python -m perflint_runtime.bootstrap …`, with this interpreter."""
     return [sys.executable, "-m", "perflint_runtime.bootstrap", "--steps", str(steps), "--warmup", str(warmup),
-            "--result", result, "--", script, *script_args]
+            "--result", result, *([] if split else ["--no-split"]), "--", script, *script_args]
 
 
 def run_script(script: str, script_args: list[str] | tuple[str, ...] = (), *, steps: int, warmup: int,
-               timeout: float) -> RunResult:
+               timeout: float, split: bool = True) -> RunResult:
     """Run `script` for `warmup + steps` optimizer steps and return the measurements.
 
-    The script runs in the current folder, as `python script args…` would."""
+    The script runs in the current folder, as `python script args…` would; without
+    `split`, no phase probes are installed (the step times alone)."""
     with tempfile.TemporaryDirectory(prefix="perflint-run-") as tmp:
         result_path = os.path.join(tmp, "result.json")
-        argv = bootstrap_command(script, list(script_args), steps, warmup, result_path)
+        argv = bootstrap_command(script, list(script_args), steps, warmup, result_path, split)
         stderr_path = os.path.join(tmp, "stderr.txt")
         started = time.perf_counter()
         with open(stderr_path, "wb") as err:  # a file, not a pipe: nothing can block on it
@@ -125,7 +130,10 @@ def _measurements(data: dict | None) -> dict:
         return {}
     keys = ("steps_done", "step_times_s", "losses", "batch_size", "peak_memory_bytes", "memory_kind", "device",
             "device_name", "torch_version", "torch_threads")
-    return {k: data[k] for k in keys}
+    out = {k: data[k] for k in keys}
+    out["phase_times_s"] = data.get("phase_times_s") or {}
+    out["host_syncs"] = data.get("host_syncs")
+    return out
 
 
 def _child_env() -> dict[str, str]:

@@ -6,31 +6,40 @@
    project's configuration, as `perflint fix` would), written to a hidden temporary file
    next to SCRIPT so that relative imports and paths still resolve; it is removed after.
 2. Both scripts run under the step-timing harness (`perflint_runtime.harness`),
-   alternately, A B A B …, so that drift of the machine (clocks, other load) hits both.
+   alternately, A B A B …, so that drift of the machine (clocks, other load) hits both,
+   until the speedup is known: at least `--repeats` runs of each, then more pairs until
+   the 95% interval is within ±`--precision` of the speedup, or until another pair
+   would not end within `--max-time` seconds (`measure_until_known`).
 3. The report gives, per script, the mean step time, samples per second and peak
-   memory; then the speedup (mean original / mean fixed step time) with a
-   hierarchical-bootstrap 95% confidence interval, and how far the two loss curves drift
-   apart (window means against the loss scale; `stats.max_loss_divergence`).
+   memory, and where the step goes (waiting for data, host-to-device copies, forward +
+   backward, optimizer step, other host time; on CUDA the end-of-step wait for the GPU
+   and the host syncs per step), with the rules that address the largest share; then
+   the speedup (mean original / mean fixed step time) with a hierarchical-bootstrap 95%
+   confidence interval, how far the two loss curves drift apart (window means against
+   the loss scale; `stats.max_loss_divergence`), and what stopped the sampling.
 
 Exit status: 0 when the fixed script is not slower beyond noise and its losses agree;
 1 when it is slower (the interval's upper bound is below 1) or its losses diverge beyond
-the tolerance; 2 when a run fails (crash, timeout, too few optimizer steps) or the fixed
-script cannot be produced.
+the tolerance; 2 when a run fails (crash, timeout, too few optimizer steps), the fixed
+script cannot be produced, or there is nothing to compare (no fix applies).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 from perflint_runtime import stats
 from perflint_runtime.harness import RunResult, run_script
+from perflint_runtime.phases import PHASES
 from perflint_runtime.sysinfo import host
 
 EXIT_OK, EXIT_WORSE, EXIT_ERROR = 0, 1, 2
@@ -100,6 +109,10 @@ class MeasureSettings:
     # (steps, warmup) for some scripts by name: a script whose loader has many workers
     # needs more steps to span several of their bursts (see stats).
     per_script: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # `measure_until_known`: stop once the 95% interval is within ±precision of the
+    # speedup, or when another pair of runs would end after max_time seconds.
+    max_time: float = 300.0
+    precision: float = 0.05
 
 
 def measure_alternating(
@@ -108,18 +121,80 @@ def measure_alternating(
     settings: MeasureSettings,
     on_run: Callable[[str, int, RunResult], None] | None = None,
 ) -> dict[str, list[RunResult]]:
-    """Run every script `repeats` times, interleaved (A B C A B C …); stop at the first failure."""
-    runs: dict[str, list[RunResult]] = {name: [] for name in scripts}
-    for repeat in range(1, settings.repeats + 1):
-        for name, path in scripts.items():
+    """Run every script exactly `repeats` times, interleaved (A B C A B C …); stop at the first failure."""
+    return measure_until_known(scripts, script_args, dataclasses.replace(settings, max_time=0.0), on_run)[0]
+
+
+PRECISION, TIME_BUDGET, FAILURE = "precision", "time budget", "failure"
+
+
+@dataclass
+class Sampling:
+    """How much was measured, and what stopped it."""
+
+    stopped_by: str  # PRECISION, TIME_BUDGET or FAILURE
+    runs_per_script: int
+    measured_steps: dict[str, int]
+    elapsed_s: float
+    half_width: float | None  # the 95% interval's larger half, relative to the speedup
+    precision: float
+    max_time_s: float
+
+
+def relative_half_width(baseline: list[RunResult], candidate: list[RunResult], seed: int = 0) -> float:
+    """How far the 95% interval of the speedup reaches from it, as a fraction of it."""
+    base = [r.step_times_s for r in baseline]
+    cand = [r.step_times_s for r in candidate]
+    point = stats.speedup(base, cand)
+    lo, hi = stats.bootstrap_speedup_ci(base, cand, seed=seed)
+    return max(hi / point - 1.0, 1.0 - lo / point)
+
+
+def measure_until_known(
+    scripts: dict[str, str],
+    script_args: list[str],
+    settings: MeasureSettings,
+    on_run: Callable[[str, int, RunResult], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[dict[str, list[RunResult]], Sampling]:
+    """Run the scripts in turn (A B A B …) until the speedup of the second against the
+    first is known to ±`settings.precision` (95% interval), or the time budget is spent.
+
+    At least `settings.repeats` runs of each; after that a pair is started only if, at the
+    mean duration of the pairs so far, it ends within `settings.max_time` seconds of the
+    start.  The first failed run stops everything.  (Compare `torch.utils.benchmark`'s
+    `adaptive_autorange`, which adds measurements until the spread is small enough, and
+    pyperf, which sizes its runs to a time budget.)"""
+    names = list(scripts)
+    runs: dict[str, list[RunResult]] = {name: [] for name in names}
+    started = clock()
+    pair_times: list[float] = []
+
+    def sampling(stopped_by: str, half: float | None) -> Sampling:
+        return Sampling(stopped_by, max(map(len, runs.values())),
+                        {n: sum(len(r.step_times_s) for r in rs) for n, rs in runs.items()},
+                        clock() - started, half, settings.precision, settings.max_time)
+
+    repeat = 0
+    while True:
+        repeat += 1
+        pair_start = clock()
+        for name in names:
             steps, warmup = settings.per_script.get(name, (settings.steps, settings.warmup))
-            result = run_script(path, script_args, steps=steps, warmup=warmup, timeout=settings.timeout)
+            result = run_script(scripts[name], script_args, steps=steps, warmup=warmup, timeout=settings.timeout)
             runs[name].append(result)
             if on_run is not None:
                 on_run(name, repeat, result)
             if not result.ok:
-                return runs
-    return runs
+                return runs, sampling(FAILURE, None)
+        pair_times.append(clock() - pair_start)
+        if repeat < settings.repeats:
+            continue
+        half = relative_half_width(runs[names[0]], runs[names[1]]) if len(names) > 1 else 0.0
+        if half <= settings.precision:
+            return runs, sampling(PRECISION, half)
+        if clock() - started + stats.mean(pair_times) > settings.max_time:
+            return runs, sampling(TIME_BUDGET, half)
 
 
 @dataclass
@@ -133,6 +208,9 @@ class Summary:
     memory_kind: str
     runs: int
     steps_per_run: int
+    # mean seconds per step in each phase (they add up to mean_step_s); None if not measured
+    phases_s: dict[str, float] | None = None
+    host_syncs_per_step: float | None = None  # CUDA runs only
 
 
 @dataclass
@@ -151,6 +229,12 @@ def summarise(runs: list[RunResult]) -> Summary:
     med = stats.mean(stats.pooled([r.step_times_s for r in runs]))
     batch = runs[0].batch_size
     peaks = [r.peak_memory_bytes for r in runs if r.peak_memory_bytes is not None]
+    phases = None
+    if all(set(PHASES) <= set(r.phase_times_s) for r in runs):
+        phases = {p: stats.mean(stats.pooled([r.phase_times_s[p] for r in runs])) for p in PHASES}
+    syncs = None
+    if all(r.host_syncs for r in runs):
+        syncs = stats.mean(stats.pooled([r.host_syncs for r in runs]))
     return Summary(
         mean_step_s=med,
         samples_per_s=batch / med if batch else None,
@@ -159,6 +243,8 @@ def summarise(runs: list[RunResult]) -> Summary:
         memory_kind=runs[0].memory_kind,
         runs=len(runs),
         steps_per_run=len(runs[0].step_times_s),
+        phases_s=phases,
+        host_syncs_per_step=syncs,
     )
 
 
@@ -183,6 +269,129 @@ def compare(baseline: list[RunResult], candidate: list[RunResult], loss_toleranc
 
 
 # ----------------------------------------------------------------------------------------
+# Where the step goes, and the rules for it
+# ----------------------------------------------------------------------------------------
+
+PHASE_LABELS = {
+    "data": "waiting for data",
+    "h2d": "host-to-device copies",
+    "compute": "forward + backward",
+    "optimizer": "optimizer step",
+    "other": "other host time",
+    "device": "GPU wait at step end",
+}
+SHARE_WORDS = {
+    "data": "waits for data",
+    "h2d": "is host-to-device copies",
+    "compute": "is forward + backward",
+    "optimizer": "is the optimizer step",
+    "other": "is other host time",
+    "device": "waits for the GPU at the step's end",
+}
+
+# The rules whose fixes shorten each phase: (code, what it changes, whether it only pays
+# on CUDA — there the rule's fix, or its advice, is a CUDA feature or a GPU sync).
+PHASE_RULES: dict[str, tuple[tuple[str, str, bool], ...]] = {
+    "data": (("PF101", "num_workers", False), ("PF103", "persistent_workers", False),
+             ("PF106", "worker start method", False), ("PF501", "FFT convolution", False)),
+    "h2d": (("PF102", "pin_memory", True), ("PF105", "non_blocking copies", True),
+            ("PF409", "tensors created on the device", True)),
+    "compute": (("PF403", "bf16 autocast", True), ("PF405", "TF32", True), ("PF406", "cudnn.benchmark", True),
+                ("PF408", "channels_last", True), ("PF307", "anomaly detection / profiler left on", False),
+                ("PF502", "no_sync while accumulating", False)),
+    "optimizer": (("PF302", "fused optimizer", True),),
+    "other": (("PF201", ".item() every step", True), ("PF202", "host syncs every step", True),
+              ("PF203", "empty_cache() every step", True), ("PF204", "loss kept with its graph", False),
+              ("PF301", "zero_grad(set_to_none=True)", False)),
+    "device": (("PF403", "bf16 autocast", True), ("PF405", "TF32", True), ("PF406", "cudnn.benchmark", True),
+               ("PF408", "channels_last", True), ("PF302", "fused optimizer", True)),
+}
+FIX_WORDS = {"safe": "safe fix", "unsafe": "unsafe fix", "none": "no automatic fix"}
+
+
+@dataclass
+class Findings:
+    """What `perflint check` reports on a script, as far as `verify` needs it."""
+
+    fixes: dict[str, set[str]] = field(default_factory=dict)  # code -> {"safe", "unsafe", "none"}
+    unsafe_fixes: int = 0  # findings whose fix is unsafe (and fixable by the configuration)
+    unsafe_codes: list[str] = field(default_factory=list)
+
+
+def lint_findings(path: Path, target_torch: tuple[int, int] | None, config_for: Path | None = None) -> Findings:
+    """`perflint check` on `path`, with the configuration that governs `config_for` (default:
+    `path`); an empty result when the file cannot be linted (the runs will say why)."""
+    from perflint.config import ConfigError, Resolver
+    from perflint.engine import lint_bytes
+    from perflint.runner import options_for
+    from perflint.selection import fixable_codes
+
+    try:
+        settings = Resolver().for_path(config_for or path)
+        options = options_for(path, settings, with_edits=False)
+        if target_torch:
+            options = dataclasses.replace(options, target_torch=target_torch)
+        result = lint_bytes(str(path), None, options)
+    except (ConfigError, OSError, ValueError):
+        return Findings()
+    fixable = fixable_codes(settings)
+    out = Findings()
+    for d in result.diagnostics:
+        kind = "none" if d.fix is None else d.fix.applicability.value
+        if kind != "none" and fixable is not None and d.code not in fixable:
+            kind = "none"
+        out.fixes.setdefault(d.code, set()).add(kind)
+        if kind == "unsafe":
+            out.unsafe_fixes += 1
+            if d.code not in out.unsafe_codes:
+                out.unsafe_codes.append(d.code)
+    out.unsafe_codes.sort()
+    return out
+
+
+def largest_share(summary: Summary) -> tuple[str, float] | None:
+    """The phase with the largest share of the mean step, and that share."""
+    if not summary.phases_s or summary.mean_step_s <= 0:
+        return None
+    phase = max(PHASES, key=lambda p: summary.phases_s[p])
+    return phase, summary.phases_s[phase] / summary.mean_step_s
+
+
+def rules_line(summary: Summary, findings: Findings, cuda: bool) -> str | None:
+    """"86% of the step waits for data: PF101 num_workers (reported here: unsafe fix); also PF103 …":
+    the rules that shorten the largest phase on this device, those reported on the script first."""
+    top = largest_share(summary)
+    if top is None:
+        return None
+    phase, share = top
+    return _name_rules(f"{share:.0%} of the step {SHARE_WORDS[phase]}", PHASE_RULES[phase], findings, cuda)
+
+
+SYNC_RULES = (("PF201", ".item() every step", True), ("PF202", "host syncs every step", True),
+              ("PF203", "empty_cache() every step", True))
+
+
+def syncs_line(summary: Summary, findings: Findings) -> str | None:
+    """On CUDA: "3.0 host syncs per step: PF201 .item() every step (reported here: …)"; None without syncs."""
+    if not summary.host_syncs_per_step:
+        return None
+    return _name_rules(f"{summary.host_syncs_per_step:,.1f} host syncs per step", SYNC_RULES, findings, True)
+
+
+def _name_rules(head: str, candidates, findings: Findings, cuda: bool) -> str:
+    rules = [(code, what) for code, what, cuda_only in candidates if cuda or not cuda_only]
+    if not rules:
+        return f"{head}: perflint has no rule for it on this device"
+    reported = [(c, w) for c, w in rules if c in findings.fixes]
+    others = ", ".join(f"{c} {w}" for c, w in rules if c not in findings.fixes)
+    if not reported:
+        return f"{head}; perflint reports none of its rules here ({others})"
+    parts = [f"{c} {w} (reported here: {', '.join(FIX_WORDS[k] for k in sorted(findings.fixes[c]))})"
+             for c, w in reported]
+    return f"{head}: " + ", ".join(parts) + (f"; also {others}" if others else "")
+
+
+# ----------------------------------------------------------------------------------------
 # Reporting
 # ----------------------------------------------------------------------------------------
 
@@ -193,6 +402,12 @@ def format_bytes(n: int | None) -> str:
 
 def format_ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.2f} ms"
+
+
+def format_phase(summary: Summary, phase: str) -> str:
+    seconds = summary.phases_s[phase]
+    share = seconds / summary.mean_step_s if summary.mean_step_s > 0 else 0.0
+    return f"{format_ms(seconds)} {share:>4.0%}"
 
 
 def format_rate(rate: float | None) -> str:
@@ -219,8 +434,23 @@ def run_line(name: str, repeat: int, result: RunResult) -> str:
     return f"  {name} run {repeat}: {result.status}"
 
 
+def sampling_line(sampling: Sampling) -> str:
+    steps = " + ".join(f"{n:,}" for n in sampling.measured_steps.values())
+    done = (f"after {sampling.runs_per_script} runs of each script ({steps} measured steps, "
+            f"{sampling.elapsed_s:.0f} s)")
+    if sampling.stopped_by == PRECISION:
+        return (f"sampling: stopped when the 95% interval came within ±{sampling.precision:.0%} of the speedup "
+                f"(±{sampling.half_width:.1%}), {done}")
+    if sampling.stopped_by == TIME_BUDGET:
+        return (f"sampling: stopped by the time budget (--max-time {sampling.max_time_s:g} s) {done}; the interval "
+                f"reaches ±{sampling.half_width:.1%}, not ±{sampling.precision:.0%}: give it more time (--max-time) "
+                "or more steps per run (--steps)")
+    return f"sampling: stopped by a failed run {done}"
+
+
 def print_report(console, script: str, fixed_label: str, summaries: dict[str, Summary],
-                 comparison: Comparison, runs: list[RunResult]) -> None:
+                 comparison: Comparison, runs: list[RunResult], sampling: Sampling | None = None,
+                 findings: dict[str, Findings] | None = None) -> None:
     from rich.table import Table
 
     base, cand = summaries[ORIGINAL], summaries[FIXED]
@@ -235,14 +465,39 @@ def print_report(console, script: str, fixed_label: str, summaries: dict[str, Su
                   format_bytes(cand.peak_memory_bytes))
     table.add_row("runs × measured steps", f"{base.runs} × {base.steps_per_run}",
                   f"{cand.runs} × {cand.steps_per_run}")
+    cuda = runs[0].device == "cuda"
+    if base.phases_s and cand.phases_s:
+        table.add_section()
+        for phase in PHASES:
+            if phase == "device" and not cuda:
+                continue
+            table.add_row(PHASE_LABELS[phase], format_phase(base, phase), format_phase(cand, phase))
+        if cuda:
+            table.add_row("host syncs per step", _syncs(base), _syncs(cand))
     console.print(table)
+    if base.phases_s and cand.phases_s:
+        findings = findings or {}
+        console.print("where the step goes:")
+        for name, summary in ((ORIGINAL, base), (FIXED, cand)):
+            line = rules_line(summary, findings.get(name, Findings()), cuda)
+            if line:
+                console.print(f"  {name + ':':<9} {line}")
+            line = syncs_line(summary, findings.get(name, Findings())) if cuda else None
+            if line:
+                console.print(f"  {'':<9} {line}")
     lo, hi = comparison.speedup_ci95
     console.print(f"speedup {comparison.speedup:.3f}× (95% CI {lo:.3f}–{hi:.3f})")
     div = comparison.max_loss_divergence
     console.print("max loss divergence " + ("n/a (no loss seen)" if div is None else
                                             f"{div:.2%} (tolerance {comparison.loss_tolerance:.1%})"))
     console.print(f"verdict: {comparison.verdict}")
+    if sampling is not None:
+        console.print(sampling_line(sampling))
     console.print(device_line(runs))
+
+
+def _syncs(summary: Summary) -> str:
+    return "n/a" if summary.host_syncs_per_step is None else f"{summary.host_syncs_per_step:,.1f}"
 
 
 def verify_command(script: str, fixed: str | None, unsafe_fixes: bool, settings: MeasureSettings,
@@ -254,6 +509,7 @@ def verify_command(script: str, fixed: str | None, unsafe_fixes: bool, settings:
     if unsafe_fixes:
         argv.append("--unsafe-fixes")
     argv += ["--steps", str(settings.steps), "--warmup", str(settings.warmup), "--repeats", str(settings.repeats),
+             "--max-time", f"{settings.max_time:g}", "--precision", f"{settings.precision:g}",
              "--timeout", f"{settings.timeout:g}", "--loss-tolerance", f"{settings.loss_tolerance:g}"]
     if target_torch:
         argv += ["--target-torch", ".".join(map(str, target_torch))]
@@ -281,7 +537,7 @@ def environment(run: RunResult | None) -> dict:
 
 def report_json(command: str, script: str, fixed_label: str, settings: MeasureSettings,
                 runs: dict[str, list[RunResult]], summaries: dict[str, Summary] | None,
-                comparison: Comparison | None, error: str | None) -> dict:
+                comparison: Comparison | None, error: str | None, sampling: Sampling | None = None) -> dict:
     every = [r for rs in runs.values() for r in rs]
     return {
         "command": command,
@@ -293,6 +549,7 @@ def report_json(command: str, script: str, fixed_label: str, settings: MeasureSe
                  for i in range(max(map(len, runs.values()), default=0)) for name, rs in runs.items() if i < len(rs)],
         "summary": None if summaries is None else {name: asdict(s) for name, s in summaries.items()},
         "comparison": None if comparison is None else asdict(comparison),
+        "sampling": None if sampling is None else asdict(sampling),
         "error": error,
     }
 
@@ -309,25 +566,37 @@ def write_json(path: str, data: dict) -> None:
 
 def main(script: str, fixed: str | None, unsafe_fixes: bool, steps: int, warmup: int, repeats: int,
          timeout: float, loss_tolerance: float, json_out: str | None, script_args: list[str],
-         target_torch: tuple[int, int] | None, quiet: bool) -> int:
+         target_torch: tuple[int, int] | None, quiet: bool, max_time: float = 300.0,
+         precision: float = 0.05) -> int:
     """Run `perflint verify`; returns the exit status (see the module docstring)."""
     from rich.console import Console
 
     console = Console(highlight=False, soft_wrap=True, emoji=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 120)  # piped or captured: keep the table's rows on one line
     err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
-    settings = MeasureSettings(steps, warmup, repeats, timeout, loss_tolerance)
+    settings = MeasureSettings(steps, warmup, repeats, timeout, loss_tolerance, max_time=max_time, precision=precision)
     command = verify_command(script, fixed, unsafe_fixes, settings, json_out, script_args, target_torch)
     fixed_label = fixed or ("perflint fix --unsafe-fixes" if unsafe_fixes else "perflint fix")
     if warmup < 1:
         err.print("[bold red]error[/]: --warmup must be at least 1 (the first step's time includes start-up)")
         return EXIT_ERROR
+    script_path = Path(script)
     try:
-        with _after_script(Path(script), fixed, unsafe_fixes, target_torch) as after:
+        with _after_script(script_path, fixed, unsafe_fixes, target_torch) as after:
+            original_findings = lint_findings(script_path, target_torch)
             if after is None:
-                console.print(f"perflint has no fix for {script}: nothing to compare.")
-                return EXIT_OK
+                if not unsafe_fixes and original_findings.unsafe_fixes and \
+                        perflint_fix(script_path, True, target_torch) == script_path.read_text(encoding="utf-8"):
+                    original_findings.unsafe_fixes = 0  # they would change nothing either
+                message = nothing_to_compare(script, original_findings, unsafe_fixes)
+                err.print(f"[bold red]error[/]: {message}")
+                if json_out:
+                    write_json(json_out, report_json(command, script, fixed_label, settings, {}, None, None, message))
+                return EXIT_ERROR
+            findings = {ORIGINAL: original_findings, FIXED: lint_findings(after, target_torch, config_for=script_path)}
             on_run = None if quiet else (lambda name, i, r: err.print(run_line(name, i, r)))
-            runs = measure_alternating({ORIGINAL: script, FIXED: str(after)}, script_args, settings, on_run)
+            runs, sampling = measure_until_known({ORIGINAL: script, FIXED: str(after)}, script_args, settings, on_run)
     except VerifyError as exc:
         err.print(f"[bold red]error[/]: {exc}")
         return EXIT_ERROR
@@ -336,14 +605,27 @@ def main(script: str, fixed: str | None, unsafe_fixes: bool, steps: int, warmup:
         message = failed[0].describe_failure()
         err.print(f"[bold red]error[/]: {message}")
         if json_out:
-            write_json(json_out, report_json(command, script, fixed_label, settings, runs, None, None, message))
+            write_json(json_out, report_json(command, script, fixed_label, settings, runs, None, None, message,
+                                             sampling))
         return EXIT_ERROR
     summaries = {name: summarise(rs) for name, rs in runs.items()}
     comparison = compare(runs[ORIGINAL], runs[FIXED], loss_tolerance)
-    print_report(console, script, fixed_label, summaries, comparison, runs[ORIGINAL])
+    print_report(console, script, fixed_label, summaries, comparison, runs[ORIGINAL], sampling, findings)
     if json_out:
-        write_json(json_out, report_json(command, script, fixed_label, settings, runs, summaries, comparison, None))
+        write_json(json_out, report_json(command, script, fixed_label, settings, runs, summaries, comparison, None,
+                                         sampling))
     return comparison.exit_code
+
+
+def nothing_to_compare(script: str, findings: Findings, unsafe_fixes: bool) -> str:
+    """Why there is no fixed script, and what would give one."""
+    if not unsafe_fixes and findings.unsafe_fixes:
+        n = findings.unsafe_fixes
+        return (f"nothing to compare: `perflint fix` changes nothing in {script}, and {n} unsafe "
+                f"fix{'es' if n != 1 else ''} exist{'s' if n == 1 else ''} ({', '.join(findings.unsafe_codes)}); "
+                "add --unsafe-fixes to include them")
+    return (f"nothing to compare: perflint has no fix for {script}"
+            f"{' (unsafe fixes included)' if unsafe_fixes else ''}; pass --fixed FILE to measure a version of your own")
 
 
 @contextlib.contextmanager
