@@ -272,6 +272,8 @@ class LoopsMixin:
         for n in _iter_expr(test):
             if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo):
                 return True
+            if isinstance(n, cst.Call) and self._is_modulo_helper(n):
+                return True  # `divisible_by(step, N)`: a `step % N == 0` in a function
             if isinstance(n, cst.Comparison):
                 for comp in n.comparisons:
                     if isinstance(comp.operator, cst.Equal):
@@ -289,6 +291,17 @@ class LoopsMixin:
             if isinstance(n, cst.Name) and _THROTTLE_NAMES.search(n.value.lower()):
                 return True
             if isinstance(n, cst.Attribute) and _THROTTLE_NAMES.search(n.attr.value.lower()):
+                return True
+        return False
+
+    def _is_modulo_helper(self, call: cst.Call) -> bool:
+        name = call_name(call) or ""
+        if _MODULO_HELPER_NAMES.search(name):
+            return True
+        for fn in self.functions_by_name.get(name, ()):
+            rets = [r for r in self.nodes_within(fn, cst.Return) if r.value is not None]
+            if rets and all(any(isinstance(x, cst.BinaryOperation) and isinstance(x.operator, cst.Modulo)
+                                for x in _iter_expr(r.value)) for r in rets):
                 return True
         return False
 
@@ -401,9 +414,11 @@ class LoopsMixin:
 _EXITS = {"sys.exit", "exit", "quit", "os._exit", "os.abort"}
 
 
+_MODULO_HELPER_NAMES = re.compile(r"^(is_)?(divisible(_by)?|every_n\w*|multiple_of|is_multiple\w*)$")
 _DIAGNOSTIC_OPTIONS = re.compile(
     r"debug|verbose|log|print|profil|eval|valid|save|vis|plot|check|sanity|anomal|trace|monitor|wandb|"
-    r"tensorboard|(^|_)tb(_|$)|report|dump|track|show|display|inspect|stat", re.I)
+    r"tensorboard|(^|_)tb(_|$)|report|dump|track|show|display|inspect|stat|synchron|(^|_)sync(_|$)|timing|"
+    r"benchmark", re.I)
 
 
 def _ends_the_run(stmt: cst.BaseSmallStatement) -> bool:

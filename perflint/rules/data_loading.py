@@ -913,8 +913,10 @@ def _target_device(facts: Facts, call: cst.Call) -> str | None:
     if ks & {"tensor", "output", "batch", "model"}:
         return None
     dk = facts.device_kinds(dev.value)
-    if dk == {"device_cpu"} or "device_other" in dk:
+    if dk == {"device_cpu"} or ("device_other" in dk and not dk & {"device_cuda", "device_unknown"}):
         return None
+    if "device_other" in dk:
+        return "maybe"  # `torch.accelerator.current_accelerator()`: CUDA, or another accelerator
     if "device_cuda" in dk and not (dk & {"device_unknown"}):
         return "cuda"
     if dk <= {"device_cpu", "device_cuda"}:
