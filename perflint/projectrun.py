@@ -37,6 +37,16 @@ def _load_dict(path: Path | None) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def _save_dict(path: Path, entries: dict) -> bool:
+    """Write a cache file atomically; False when it could not be written (the run goes on)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(str(path), json.dumps(entries, separators=(",", ":")).encode("utf-8"))
+        return True
+    except OSError:
+        return False
+
+
 class SummaryCache:
     """sha256 of a file's bytes → its module summary (`.perflint_cache/<version>/`)."""
 
@@ -54,14 +64,8 @@ class SummaryCache:
         self.dirty = True
 
     def save(self) -> None:
-        if self.path is None or not self.dirty:
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(str(self.path), json.dumps(self.entries, separators=(",", ":")).encode("utf-8"))
-            self.dirty = False
-        except OSError:
-            pass
+        if self.path is not None and self.dirty:
+            self.dirty = not _save_dict(self.path, self.entries)
 
 
 def roots_for(files: list[Path], given: list[str]) -> dict[str, str]:
@@ -208,14 +212,8 @@ class ImportLines:
         if keep is not None and len(keep) != len(self.entries):
             self.entries = {k: v for k, v in self.entries.items() if k in keep}
             self.dirty = True
-        if not self.dirty:
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(str(self.path), json.dumps(self.entries, separators=(",", ":")).encode("utf-8"))
-            self.dirty = False
-        except OSError:
-            pass
+        if self.dirty:
+            self.dirty = not _save_dict(self.path, self.entries)
 
 
 # A file without any of these cannot offer other files anything the analysis uses, nor

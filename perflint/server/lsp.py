@@ -676,29 +676,24 @@ def create_server() -> PerflintServer:
         code_action_kinds=[lsp.CodeActionKind.QuickFix, lsp.CodeActionKind.SourceFixAll, FIX_ALL_KIND],
         resolve_provider=True))
     async def code_action(ls: PerflintServer, params: lsp.CodeActionParams):
-        try:
-            return await ls.code_actions(params)
-        except Exception as exc:  # noqa: BLE001
-            log.exception("code actions failed")
-            ls.log_error(f"perflint: code actions failed: {type(exc).__name__}: {exc}")
-            return []
+        return await _guarded(ls, "code actions", ls.code_actions(params), [])
 
     @server.feature(lsp.CODE_ACTION_RESOLVE)
     async def code_action_resolve(ls: PerflintServer, params: lsp.CodeAction):
-        try:
-            return await ls.resolve(params)
-        except Exception as exc:  # noqa: BLE001
-            log.exception("resolving a code action failed")
-            ls.log_error(f"perflint: resolving a code action failed: {type(exc).__name__}: {exc}")
-            return params
+        return await _guarded(ls, "resolving a code action", ls.resolve(params), params)
 
     @server.feature(lsp.TEXT_DOCUMENT_HOVER)
     async def hover(ls: PerflintServer, params: lsp.HoverParams):
-        try:
-            return await ls.hover(params)
-        except Exception as exc:  # noqa: BLE001
-            log.exception("hover failed")
-            ls.log_error(f"perflint: hover failed: {type(exc).__name__}: {exc}")
-            return None
+        return await _guarded(ls, "hover", ls.hover(params), None)
 
     return server
+
+
+async def _guarded(ls, what: str, request, fallback):
+    """A request that fails is logged and answered with `fallback`: the server stays up."""
+    try:
+        return await request
+    except Exception as exc:  # noqa: BLE001
+        log.exception("%s failed", what)
+        ls.log_error(f"perflint: {what} failed: {type(exc).__name__}: {exc}")
+        return fallback
