@@ -34,10 +34,6 @@ REPO = FIXTURES.parent
 # project → {file: why its annotations cannot all be met yet} (gaps in the rules or the
 # single-file analysis, listed in fixtures/projects/README.md).
 GAPS: dict[str, dict[str, str]] = {
-    "p04_src_config_dataclass": {
-        "src/tabnet/trainer.py": "trainer.py:15 PF405: the `model` parameter's layers (a TabularNet passed from "
-                                 "scripts/train.py) are not followed from the call site's class",
-    },
 }
 
 _CALLED_FROM = re.compile(r"#\s*expect:[^#\n]*\(runs once per step: called from (?P<where>[\w./-]+:\d+)\)")

@@ -125,6 +125,17 @@ class CrossModuleMixin:
             if ref is None or ref.startswith("#"):
                 continue
             out |= self.project.layer_apis(ref)
+        # A model handed in by every caller (`fit(model, ...)` with `model = Net(...)`).
+        from perflint.analysis.summary import _symbol_of
+
+        for fn in self.index[cst.FunctionDef]:
+            symbol = _symbol_of(self, fn)
+            if symbol is None or "." in symbol:
+                continue
+            positional = [*fn.params.posonly_params, *fn.params.params]
+            for i, param in enumerate(positional):
+                if "model" in self.project_param_kinds(param, fn):
+                    out |= self.project.param_layer_apis(symbol, i, param.name.value)
         return frozenset(out)
 
     # -- options --------------------------------------------------------------------------

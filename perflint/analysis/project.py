@@ -388,6 +388,27 @@ class ProjectIndex:
             agreed = ks if agreed is None else agreed & ks
         return frozenset((agreed or set()) & PARAM_KINDS)
 
+    def param_layer_apis(self, where: tuple[str, str], index: int, name: str) -> frozenset[str]:
+        """torch layer APIs of the model every known call site of `where` passes for a
+        parameter, when each site passes a name bound to a project class or factory
+        (`model = TabularNet(...)`; `fit(model, ...)`); empty when any site is unknown."""
+        if self._calls_to is None:
+            self._index_calls()
+        sites = self._calls_to.get(where) or []  # type: ignore[union-attr]
+        out: set[str] = set()
+        for caller, c in sites:
+            if c.get("splat"):
+                return frozenset()
+            key = name if name in c.get("kw", {}) else str(index) if index < len(c.get("args", ())) else None
+            via = c.get("via", {}).get(key) if key is not None else None
+            if via is None or via[1]:
+                return frozenset()
+            w = self.resolve(caller, via[0])
+            if w is None or not w[1]:
+                return frozenset()
+            out |= self.layer_apis(w)
+        return frozenset(out)
+
     def _via_kinds(self, caller: str, via: list) -> frozenset[str]:
         """Kinds of an argument bound to a call of a project function: its result kinds; an
         element unpacked from the result keeps only "dataloader" (a function returning
@@ -491,6 +512,11 @@ class ProjectView:
                         lambda: sorted(self.index.param_kinds((self.path, symbol), index, name)))  # type: ignore[union-attr]
         return frozenset(got or ())
 
+    def param_layer_apis(self, symbol: str, index: int, name: str) -> frozenset[str]:
+        got = self._ask(("playa", symbol, index, name),
+                        lambda: sorted(self.index.param_layer_apis((self.path, symbol), index, name)))  # type: ignore[union-attr]
+        return frozenset(got or ())
+
     def option_default(self, name: str):
         """(True, value) for a known project-wide default, else (False, None)."""
         def compute():
@@ -526,7 +552,8 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
         kind, args = key[0], key[1:]
         method = {"resolve": view.resolve, "call": view.call_kinds, "class": view.class_kinds,
                   "layers": view.layer_apis, "attr": view.attr_kinds, "step": view.step_caller,
-                  "param": view.param_kinds, "default": view.option_default, "const": view.constant}.get(kind)
+                  "param": view.param_kinds, "default": view.option_default, "const": view.constant,
+                  "playa": view.param_layer_apis}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())
