@@ -1462,6 +1462,12 @@ def _first_conv_call(facts: Facts) -> cst.Call | None:
         if q in _CONV_APIS or _TORCHVISION_CLASSIFIER.match(q):
             if best is None or facts.order[call] < facts.order[best]:
                 best = call
+    if best is None and facts.project is not None:
+        # The layers are built in another module: point at the model the file builds there.
+        for call in facts.calls():
+            ref = facts.project_ref(call.func)
+            if ref is not None and not ref.startswith("#") and facts.project.layer_apis(ref) & _CONV_APIS:
+                return call
     return best
 
 
@@ -1506,7 +1512,9 @@ class CudnnBenchmarkNotEnabled(Rule):
     ## What it does
     Flags, once per file, a CUDA training file with convolution layers that never sets
     `torch.backends.cudnn.benchmark`, reported at the first convolution layer (or
-    torchvision classifier) the file builds: the layers the setting speeds up. Also flags
+    torchvision classifier) the file builds: the layers the setting speeds up (when the
+    layers are built in another module of the project, at the model the file builds from
+    it, e.g. `model = Net()`). Also flags
     `cudnn.benchmark = True` set in the same block as `cudnn.deterministic = True` or
     `torch.use_deterministic_algorithms(True)` (reported at the `benchmark = True`
     assignment).
