@@ -125,3 +125,27 @@ def names_matching(facts, pattern: str):
     for node in iter_nodes(facts.module):
         if isinstance(node, cst.Name) and re.fullmatch(pattern, node.value):
             yield node
+
+
+_LIBCST_PROBE = (
+    "import sys\nfrom perflint.cli import main\n"
+    "try:\n    main(['check', '.', '--exit-zero', '--output-format', 'concise'])\n"
+    "except SystemExit:\n    pass\n"
+    "print('imported libcst:', 'libcst' in sys.modules)\n"
+)
+
+
+def cold_then_warm(folder: Path) -> tuple[list[str], list[str]]:
+    """`perflint check .` in `folder` twice, each in a fresh process with the cache in
+    `folder/cache`; each run's output lines, the last saying whether libcst was imported."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PERFLINT_CACHE_DIR": str(folder / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", _LIBCST_PROBE], cwd=folder, env=env, capture_output=True, text=True)
+            for _ in range(2)]
+    for r in runs:
+        assert r.stdout.splitlines(), r.stderr
+    first, second = (r.stdout.splitlines() for r in runs)
+    return first, second

@@ -9,7 +9,7 @@ import json
 import pytest
 
 import perflint.engine as engine
-from cli_support import AMP, CLEAN, LOADER, run, write
+from cli_support import AMP, CLEAN, LOADER, cold_then_warm, run, write
 from perflint import runner
 from perflint.config import Resolver
 
@@ -164,23 +164,10 @@ def test_a_warm_run_answers_from_the_cache_without_importing_the_rules(tmp_path)
     """A run where every file is a cache hit never imports libcst (a third of a warm run's
     time): rule codes, defaults and severities (for the test-file policy) come from the
     registry snapshot the first run left in the cache folder."""
-    import os
-    import subprocess
-    import sys
-
     test_module = "import pytest\n" + textwrap.dedent(LOADER)
     write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "train.py": LOADER, "test_train.py": test_module})
-    probe = (
-        "import sys\nfrom perflint.cli import main\n"
-        "try:\n    main(['check', '.', '--exit-zero', '--output-format', 'concise'])\n"
-        "except SystemExit:\n    pass\n"
-        "print('imported libcst:', 'libcst' in sys.modules)\n"
-    )
-    env = {**os.environ, "PERFLINT_CACHE_DIR": str(tmp_path / "cache")}
-    runs = [subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
-            for _ in range(2)]
-    first, second = (r.stdout.splitlines() for r in runs)
-    assert first[-1] == "imported libcst: True", runs[0].stderr
-    assert second[-1] == "imported libcst: False", runs[1].stderr
+    first, second = cold_then_warm(tmp_path)
+    assert first[-1] == "imported libcst: True"
+    assert second[-1] == "imported libcst: False"
     assert first[:-1] == second[:-1] and any("train.py" in line for line in first[:-1])
     assert not any("test_train.py" in line for line in second[:-1])  # the test-file policy still holds

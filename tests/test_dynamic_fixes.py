@@ -391,7 +391,7 @@ d = DataLoader(make_dataset(), batch_size=4)
     assert fixed(src, ["PF101"], unsafe=True) == textwrap.dedent(src)
     # What the IterableDataset guard prevents: two workers each yield the whole stream.
     ns = run(src.replace("d = DataLoader(make_dataset(), batch_size=4)", ""))
-    doubled = DataLoaderProbe = ns["DataLoader"](ns["Stream"](), batch_size=4, num_workers=2)
+    doubled = ns["DataLoader"](ns["Stream"](), batch_size=4, num_workers=2)
     assert sorted(int(v) for batch in doubled for v in batch) == sorted(list(range(8)) * 2)
 
 

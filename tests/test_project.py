@@ -4,15 +4,12 @@ cross-module kinds and per-step helpers, and the cache's dependence on other fil
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from cli_support import run, write
+from cli_support import cold_then_warm, run, write
 from perflint.analysis.project import ProjectIndex, find_root
 
 TRAIN = """\
@@ -135,23 +132,15 @@ def test_module_resolution_follows_the_layout(tmp_path):
     assert index.resolve(train, "lib.util.f") == (p("pkg/src/lib/util.py"), "f")  # a src/ layout
     assert index.resolve(train, "lib2.thing") == (p("pkg/lib2/mod.py"), "thing")  # re-exported by __init__
     assert index.result_kinds(index.resolve(train, "lib2.thing")) == {"dataloader"}
-    assert index.resolve(p("pkg/lib2/mod.py"), ".") is None or True
+    assert index.resolve(p("pkg/lib2/__init__.py"), ".mod.thing") == (p("pkg/lib2/mod.py"), "thing")  # relative
+    assert index.resolve(train, "lib2.missing") is None  # not defined in the project: unknown
     assert index.resolve(train, "torch.nn.Linear") is None  # outside the project: unknown
 
 
 def test_a_warm_project_run_does_not_import_libcst(proj):
-    probe = (
-        "import sys\nfrom perflint.cli import main\n"
-        "try:\n    main(['check', '.', '--exit-zero', '--output-format', 'concise'])\n"
-        "except SystemExit:\n    pass\n"
-        "print('imported libcst:', 'libcst' in sys.modules)\n"
-    )
-    env = {**os.environ, "PERFLINT_CACHE_DIR": str(proj / "cache")}
-    runs = [subprocess.run([sys.executable, "-c", probe], cwd=proj, env=env, capture_output=True, text=True)
-            for _ in range(2)]
-    first, second = (r.stdout.splitlines() for r in runs)
-    assert first[-1] == "imported libcst: True", runs[0].stderr
-    assert second[-1] == "imported libcst: False", runs[1].stderr
+    first, second = cold_then_warm(proj)
+    assert first[-1] == "imported libcst: True"
+    assert second[-1] == "imported libcst: False"
     assert first[:-1] == second[:-1] and any("metrics.py" in line for line in first[:-1])
 
 
