@@ -69,6 +69,12 @@ class Cache:
         self.hits += 1
         return out
 
+    def has(self, key: str, sha: str) -> bool:
+        """Whether there is an entry for this content (valid or not once its questions are
+        asked again)."""
+        entry = self.entries.get(key)
+        return isinstance(entry, dict) and entry.get("sha") == sha
+
     def put(self, key: str, sha: str, diagnostics: list[Diagnostic], questions=(), answers: str | None = None) -> None:
         entry = {"sha": sha, "diagnostics": [d.to_dict() for d in diagnostics]}
         if questions:

@@ -138,3 +138,5 @@ class FileResult:
     summary: dict | None = None
     questions: list[str] = field(default_factory=list)
     project_relevant: bool = False
+    # Whether the process that produced this result kept the file's parsed tree.
+    kept: bool = False

@@ -129,11 +129,65 @@ def _mixed_indentation(text: str) -> bool:
     return len(kinds) > 1
 
 
+class TreeStore:
+    """Parsed trees kept for a second pass over the same file in the same process.
+
+    A project run lints most files twice at most: first alone, then again, for the few
+    whose questions to the project got answers.  A process that keeps the tree of its first
+    parse (within a budget of source characters) skips the second parse, which is most of
+    the cost of a file.  A kept tree is handed out once, for the same text only.
+    """
+
+    def __init__(self) -> None:
+        self.budget = 0  # characters of source whose trees may be kept; 0: keep nothing
+        self.used = 0
+        self.trees: dict[str, tuple[str, object]] = {}
+        self._first: tuple[str, str, object] | None = None  # the current job's first parse
+
+    def enable(self, budget: int) -> None:
+        self.clear()
+        self.budget = budget
+
+    def clear(self) -> None:
+        self.budget = self.used = 0
+        self.trees.clear()
+        self._first = None
+
+    def take(self, path: str, text: str):
+        got = self.trees.get(path)
+        if got is None or got[0] != text:
+            return None
+        del self.trees[path]
+        self.used -= len(text)
+        return got[1]
+
+    def parsed(self, path: str, text: str, module) -> None:
+        if self.budget and self._first is None:
+            self._first = (path, text, module)
+
+    def end_job(self, path: str, keep: bool) -> bool:
+        """After a job: keep the tree of its first parse when asked to and it fits."""
+        first, self._first = self._first, None
+        if not keep or first is None or first[0] != path or self.used + len(first[1]) > self.budget:
+            return False
+        self.trees[path] = (first[1], first[2])
+        self.used += len(first[1])
+        return True
+
+
+TREES = TreeStore()
+
+
 def _parse(text: str, path: str):
     import libcst as cst
 
+    kept = TREES.take(path, text) if TREES.trees else None
+    if kept is not None:
+        return kept, None
     try:
-        return _parse_module(text), None
+        module = _parse_module(text)
+        TREES.parsed(path, text, module)
+        return module, None
     except cst.ParserSyntaxError as exc:
         better = _cpython_syntax_error(text)
         if better is not None:
@@ -369,9 +423,12 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
     rules = _rules_for(options)
     if summarise and src.notebook is None:
         analysis = _analyze(src.text, path, rules, options.target_torch, project)
+        # The findings (and the questions they asked) first: the summary asks questions of
+        # its own, which no finding depends on.
+        _finish(result, src, analysis, options, project)
         if not isinstance(analysis, FileError):
             result.summary = _summary_of(analysis, src.text)
-        return _finish(result, src, analysis, options, project)
+        return result
     if options.prefilter and not any(tok in src.raw for tok in prefilter_tokens(rules)):
         # No selected rule can fire; a syntax error must still be reported.
         result.skipped = True
@@ -668,6 +725,10 @@ class Job:
     # questions, and whether to return the file's module summary.
     root: str | None = None
     summarise: bool = False
+    # A first pass of a project run: whether the process may keep the parsed tree for the
+    # second ("always": a fix run fixes every file next; "asked": a check re-checks only a
+    # file that asked its project something; "": no second pass).
+    keep: str = ""
 
 
 # Project indexes by root, set before the worker processes are forked (they inherit them).
@@ -690,6 +751,17 @@ def _fixable_pred(job: Job):
 
 
 def run_job(job: Job) -> FileResult:
+    """One job; a first pass (`job.keep`) keeps its tree in `TREES` when a second pass may
+    need it: a fix run fixes every file, a check re-checks only files that asked the project
+    something (`result.kept` says whether it was kept)."""
+    result = _run_job(job)
+    if TREES.budget:
+        result.kept = TREES.end_job(job.path, not result.errors and (
+            job.keep == "always" or (job.keep == "asked" and bool(result.questions))))
+    return result
+
+
+def _run_job(job: Job) -> FileResult:
     try:
         if job.fix:
             return fix_bytes(job.path, job.raw, job.options, job.unsafe, fixable=_fixable_pred(job), project=_view(job))
@@ -736,6 +808,7 @@ def run_jobs(
     progress: Callable[[FileResult], None] | None = None,
     *,
     on_start: Callable[[], Callable[[FileResult], None] | None] | None = None,
+    pool=None,
 ) -> list[FileResult]:
     """Run jobs, in worker processes when there are enough of them to pay for the start-up.
 
@@ -746,7 +819,17 @@ def run_jobs(
     """
     if jobs:
         preload()
-    if workers <= 1 or len(jobs) < 8:
+    if pool is not None and jobs and (pool.started or len(jobs) >= 8):
+        # Workers that live for the whole run (see `perflint.pool`).
+        out = pool.run(jobs, progress, on_start)
+        for i in [i for i, r in enumerate(out) if r is None]:
+            _pool_run(jobs, [i], out, 1, progress, None)
+            if out[i] is None:
+                out[i] = _died(jobs[i])
+                if progress:
+                    progress(out[i])  # type: ignore[arg-type]
+        return [r for r in out if r is not None]
+    if workers <= 1 or len(jobs) < 8 or pool is not None:
         if on_start is not None:
             progress = on_start() or progress
         results: list[FileResult] = []
@@ -765,13 +848,15 @@ def run_jobs(
     for i in [i for i, r in enumerate(out) if r is None]:
         _pool_run(jobs, [i], out, 1, progress, None)
         if out[i] is None:
-            out[i] = FileResult(
-                path=jobs[i].path,
-                errors=[FileError(jobs[i].path, ErrorKind.INTERNAL, f"the worker process checking this file died; {BUG_HINT}")],
-            )
+            out[i] = _died(jobs[i])
             if progress:
                 progress(out[i])  # type: ignore[arg-type]
     return [r for r in out if r is not None]
+
+
+def _died(job: Job) -> FileResult:
+    return FileResult(path=job.path, errors=[
+        FileError(job.path, ErrorKind.INTERNAL, f"the worker process checking this file died; {BUG_HINT}")])
 
 
 def _pool_run(jobs, order, out, workers, progress, on_start):

@@ -265,6 +265,12 @@ class ProjectPhase:
             if got is not None:
                 self.summaries[root][self.abs[k]] = got
 
+    def summary_cached(self, key: str) -> bool:
+        """Whether the file's summary came from the cache (its first lint is then skipped:
+        the result cache may answer it once the project is indexed)."""
+        root = self.roots.get(key)
+        return root is not None and self.abs[key] in self.summaries.get(root, {})
+
     def root_of(self, key: str) -> str | None:
         return self.roots.get(key)
 
@@ -295,7 +301,7 @@ class ProjectPhase:
         if sha is not None:
             self.cache.put(sha, r.summary)
 
-    def complete(self, workers: int) -> None:
+    def complete(self, workers: int, pool=None) -> None:
         """Summarise what the checked files need, then build each root's index."""
         from perflint import engine
         from perflint.cache import digest
@@ -343,7 +349,7 @@ class ProjectPhase:
                     if raw is None:
                         continue
                     jobs.append(Job(path=f, options=LintOptions(codes=(), prefilter=False), raw=raw, summarise=True))
-                for r in engine.run_jobs(jobs, workers):
+                for r in engine.run_jobs(jobs, workers, pool=pool):
                     self.take(r)
             self.indexes[root] = ProjectIndex(Path(root), self.summaries[root], all_files)
         engine.PROJECTS.clear()

@@ -141,7 +141,6 @@ def run(
     outcome.files = len(found.files)
 
     caches: dict[str, Cache] = {}
-    pending: list[Job] = []
     shas: dict[str, str] = {}
     fingerprints: dict[str, str] = {}
     results: dict[str, FileResult] = {}
@@ -178,18 +177,47 @@ def run(
         started["done"] = True
         return lambda: progress(n)
 
+    from perflint import engine
+    from perflint.pool import TREE_BUDGET, Pool, can_fork
+
+    pool = Pool(workers) if workers > 1 and can_fork() else None
+    engine.TREES.enable(TREE_BUDGET)
+    try:
+        return _run_phases(outcome, raws, shas, paths, use_cache, options_of, fix, unsafe_for, settings_for,
+                           fingerprints, caches, results, order, workers, on_start_for, diff, stdin, pool)
+    finally:
+        engine.TREES.clear()
+        if pool is not None:
+            pool.close()
+
+
+def _run_phases(outcome, raws, shas, paths, use_cache, options_of, fix, unsafe_for, settings_for, fingerprints,
+                caches, results, order, workers, on_start_for, diff, stdin, pool) -> RunOutcome:
+    pending: list[Job] = []
     # Phase 1: the project model.  Checked files whose summary is not cached get their first
     # lint and their summary from one parse; other project files the checks need are
     # summarised; then each root's index is built.
     proj = ProjectPhase(list(raws), raws, shas, paths, use_cache, options_of)
     first: dict[str, FileResult] = {}
     phase1 = proj.first_jobs(fix)
+    for j in phase1:
+        j.keep = "always" if fix else "asked"
+    if not fix:
+        # The other files go along in the same pool (a plain lint each: most are skipped by
+        # the prefilter), unless the result cache may answer them once the project is known.
+        queued = {j.path for j in phase1}
+        for key in raws:
+            if key in queued or proj.summary_cached(key):
+                continue
+            if use_cache and key in fingerprints and caches[fingerprints[key]].has(os.path.abspath(key), shas[key]):
+                continue
+            phase1.append(Job(path=key, options=options_of[key], raw=raws[key], root=proj.root_of(key), keep="asked"))
     n_first = len(phase1)
-    for r in run_jobs(phase1, workers, on_start=on_start_for(n_first) if n_first else None):
+    for r in run_jobs(phase1, workers, on_start=on_start_for(n_first) if n_first else None, pool=pool):
         proj.take(r)
         if not fix:
             first[r.path] = r
-    proj.complete(workers)
+    proj.complete(workers, pool)
 
     # Phase 2: answers from the cache, from the first lint, or a (re-)check with the project.
     for key in list(raws):
@@ -215,7 +243,7 @@ def run(
             Job(path=key, options=options, fix=fix, unsafe=unsafe_for[key], raw=raws[key],
                 fixable=fixable_codes(settings_for[key]), root=view_root)
         )
-    for r in run_jobs(pending, workers, on_start=on_start_for(len(pending)) if n_first == 0 else None):
+    for r in run_jobs(pending, workers, on_start=on_start_for(len(pending)) if n_first == 0 else None, pool=pool):
         results[r.path] = r
         if r.skipped:
             outcome.skipped += 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -78,8 +79,11 @@ def outcomes(tmp_path_factory):
     jobs.append({"id": "icl_finetune/learns", "script": str(WORKLOADS_DIR / "icl_finetune.py"),
                  "dir": str(WORKLOADS_DIR), "args": ["--steps", "20", "--device", "cpu"],
                  "log": str(tmp / "icl_finetune.learns.log")})
+    # One compute thread per process: the fixed variants start loader workers, and with
+    # several test processes on the machine, spinning OpenMP threads multiply the time.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(RUNNER), json.dumps(jobs)], capture_output=True,
-                          text=True, timeout=600, cwd=tmp)
+                          text=True, timeout=600, cwd=tmp, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     return {job["id"]: (results[job["id"]], Path(job["log"]).read_text()) for job in jobs}

@@ -285,7 +285,7 @@ def _calls(facts, lines) -> list[dict]:
     out = []
     for call in facts.calls():
         ref = reference(facts, call.func)
-        if ref is None and isinstance(call.func, cst.Attribute):
+        if ref is None and isinstance(call.func, cst.Attribute) and not _plain_receiver(facts, call.func.value):
             cls = facts.instance_class(call.func.value)  # `agent.act(obs)` on a project class
             if cls is not None:
                 ref = f"{cls}.{call.func.attr.value}"
@@ -298,8 +298,8 @@ def _calls(facts, lines) -> list[dict]:
             rec["step"] = ctx.kind
             rec["line"] = lines(call)
         rec["every"] = host is not None and facts.runs_on_every_call(call, host)
-        rec["args"] = [_strong(facts.kinds(a.value), PARAM_KINDS) for a in call.args if a.keyword is None and not a.star]
-        rec["kw"] = {a.keyword.value: _strong(facts.kinds(a.value), PARAM_KINDS) for a in call.args if a.keyword is not None}
+        rec["args"] = [_arg_kinds(facts, a.value) for a in call.args if a.keyword is None and not a.star]
+        rec["kw"] = {a.keyword.value: _arg_kinds(facts, a.value) for a in call.args if a.keyword is not None}
         # Arguments bound to a call of another module's function (`train_loader, val_loader =
         # get_loaders(...)`): their kinds are known only once the project is indexed.
         via = {}
@@ -314,6 +314,24 @@ def _calls(facts, lines) -> list[dict]:
             rec["splat"] = True
         out.append(rec)
     return out
+
+
+def _plain_receiver(facts, value: cst.BaseExpression) -> bool:
+    """`self.f()`, `torch.cat()`, `"".join()`: a receiver that is no instance of a project
+    class bound to a name."""
+    if isinstance(value, cst.Name):
+        return value.value in ("self", "cls") or value.value in facts.imports.aliases
+    return not isinstance(value, (cst.Attribute, cst.Call))
+
+
+# Arguments that are literals: no kind a parameter could take from them.
+_LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+
+
+def _arg_kinds(facts, value: cst.BaseExpression) -> list[str]:
+    if isinstance(value, _LITERALS) or (isinstance(value, cst.Name) and value.value in ("True", "False", "None")):
+        return []
+    return _strong(facts.kinds(value), PARAM_KINDS)
 
 
 def _bound_to_project_call(facts, value: cst.BaseExpression) -> list | None:
