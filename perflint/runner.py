@@ -140,33 +140,25 @@ def run(
     outcome.warnings.extend(found.warnings)
     outcome.files = len(found.files)
 
-    caches: dict[str, Cache] = {}
-    shas: dict[str, str] = {}
-    fingerprints: dict[str, str] = {}
-    results: dict[str, FileResult] = {}
-    order: list[str] = []
+    f = _Files()
     memo: dict = {}
-    raws: dict[str, bytes] = {}
-    unsafe_for: dict[str, bool] = {}
-    settings_for: dict[str, Settings] = {}
-    options_of: dict[str, LintOptions] = {}
     for path, settings in found.files:
         key = str(path)
-        order.append(key)
+        f.order.append(key)
         options = options_for(path, settings, with_edits, memo)
         try:
             raw = given[key] if key in given else read_bytes(key)
         except SourceError as exc:
-            results[key] = FileResult(path=key, errors=[FileError(key, ErrorKind(exc.kind), exc.message)])
+            f.results[key] = FileResult(path=key, errors=[FileError(key, ErrorKind(exc.kind), exc.message)])
             continue
         want_unsafe = settings.unsafe_fixes if unsafe is None else unsafe
         outcome.unsafe_any = outcome.unsafe_any or want_unsafe
-        raws[key], unsafe_for[key], settings_for[key], options_of[key] = raw, want_unsafe, settings, options
-        shas[key] = digest(raw)
+        f.raws[key], f.unsafe_for[key], f.settings_for[key], f.options_of[key] = raw, want_unsafe, settings, options
+        f.shas[key] = digest(raw)
         if use_cache:
             fp = options.fingerprint()
-            fingerprints[key] = fp
-            caches.get(fp) or caches.setdefault(fp, Cache(cache_dir(), fp))
+            f.fingerprints[key] = fp
+            f.caches.get(fp) or f.caches.setdefault(fp, Cache(cache_dir(), fp))
 
     workers = jobs if jobs and jobs > 0 else default_workers()
     started = {"done": False}
@@ -183,16 +175,33 @@ def run(
     pool = Pool(workers) if workers > 1 and can_fork() else None
     engine.TREES.enable(TREE_BUDGET)
     try:
-        return _run_phases(outcome, raws, shas, paths, use_cache, options_of, fix, unsafe_for, settings_for,
-                           fingerprints, caches, results, order, workers, on_start_for, diff, stdin, pool)
+        return _run_phases(outcome, f, paths, use_cache=use_cache, fix=fix, diff=diff, stdin=stdin is not None,
+                           workers=workers, on_start_for=on_start_for, pool=pool)
     finally:
         engine.TREES.clear()
         if pool is not None:
             pool.close()
 
 
-def _run_phases(outcome, raws, shas, paths, use_cache, options_of, fix, unsafe_for, settings_for, fingerprints,
-                caches, results, order, workers, on_start_for, diff, stdin, pool) -> RunOutcome:
+@dataclass
+class _Files:
+    """The files of one run, by path as given: bytes, hashes, options, and results so far."""
+
+    order: list[str] = field(default_factory=list)
+    raws: dict[str, bytes] = field(default_factory=dict)
+    shas: dict[str, str] = field(default_factory=dict)
+    options_of: dict[str, LintOptions] = field(default_factory=dict)
+    unsafe_for: dict[str, bool] = field(default_factory=dict)
+    settings_for: dict[str, Settings] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)  # path → result-cache key
+    caches: dict[str, Cache] = field(default_factory=dict)  # result-cache key → cache
+    results: dict[str, FileResult] = field(default_factory=dict)
+
+
+def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: bool, fix: bool, diff: bool,
+                stdin: bool, workers: int, on_start_for, pool) -> RunOutcome:
+    raws, shas, options_of, fingerprints, caches, results = (f.raws, f.shas, f.options_of, f.fingerprints,
+                                                             f.caches, f.results)
     pending: list[Job] = []
     # Phase 1: the project model.  Checked files whose summary is not cached get their first
     # lint and their summary from one parse; other project files the checks need are
@@ -240,14 +249,14 @@ def _run_phases(outcome, raws, shas, paths, use_cache, options_of, fix, unsafe_f
                 outcome.cached += 1
                 continue
         pending.append(
-            Job(path=key, options=options, fix=fix, unsafe=unsafe_for[key], raw=raws[key],
-                fixable=fixable_codes(settings_for[key]), root=view_root)
+            Job(path=key, options=options, fix=fix, unsafe=f.unsafe_for[key], raw=raws[key],
+                fixable=fixable_codes(f.settings_for[key]), root=view_root)
         )
     for r in run_jobs(pending, workers, on_start=on_start_for(len(pending)) if n_first == 0 else None, pool=pool):
         results[r.path] = r
         if r.skipped:
             outcome.skipped += 1
-    if fix and not diff and stdin is None:
+    if fix and not diff and not stdin:
         for r in results.values():
             if r.fixed_bytes is not None:
                 _write(r)
@@ -267,8 +276,8 @@ def _run_phases(outcome, raws, shas, paths, use_cache, options_of, fix, unsafe_f
             c.save()
         proj.save()
         write_snapshot()
-    outcome.results = [results[k] for k in order if k in results]
-    _drop_unfixable(outcome.results, settings_for)
+    outcome.results = [results[k] for k in f.order if k in results]
+    _drop_unfixable(outcome.results, f.settings_for)
     return outcome
 
 

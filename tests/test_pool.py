@@ -5,8 +5,6 @@ worker pool (`perflint.pool`) sends the second pass to the worker that holds the
 from __future__ import annotations
 
 import hashlib
-import os
-from pathlib import Path
 
 import pytest
 
