@@ -53,14 +53,18 @@ class Cache:
         except (OSError, ValueError):
             self.entries = {}
 
-    def get(self, key: str, sha: str, digest_of=None) -> list[Diagnostic] | None:
+    def get(self, key: str, sha: str, digest_of=None, stamp: str | None = None) -> list[Diagnostic] | None:
         """The cached diagnostics of a file whose bytes hash to `sha`, while the answers to the
-        questions its analysis asked of its project still hash the same (`digest_of(questions)`)."""
+        questions its analysis asked of its project still hash the same (`digest_of(questions)`).
+        `stamp` identifies everything the answers are computed from (the project's files and
+        their contents): when it is the stamp the entry was stored with, the answers cannot
+        have changed and are not asked again."""
         entry = self.entries.get(key)
         if not isinstance(entry, dict) or entry.get("sha") != sha:
             return None
         questions = entry.get("q") or []
-        if questions and (digest_of is None or digest_of(questions) != entry.get("a")):
+        if questions and not (stamp is not None and entry.get("p") == stamp) and (
+                digest_of is None or digest_of(questions) != entry.get("a")):
             return None
         try:
             out = [Diagnostic.from_dict(d) for d in entry["diagnostics"]]
@@ -75,10 +79,13 @@ class Cache:
         entry = self.entries.get(key)
         return isinstance(entry, dict) and entry.get("sha") == sha
 
-    def put(self, key: str, sha: str, diagnostics: list[Diagnostic], questions=(), answers: str | None = None) -> None:
+    def put(self, key: str, sha: str, diagnostics: list[Diagnostic], questions=(), answers: str | None = None,
+            stamp: str | None = None) -> None:
         entry = {"sha": sha, "diagnostics": [d.to_dict() for d in diagnostics]}
         if questions:
             entry["q"], entry["a"] = list(questions), answers
+            if stamp is not None:
+                entry["p"] = stamp
         self.entries[key] = entry
         self.dirty = True
 

@@ -256,6 +256,7 @@ class ProjectPhase:
         self.summaries: dict[str, dict[str, dict]] = {}
         self.indexes: dict[str, ProjectIndex] = {}
         self._sha_of_abs: dict[str, str] = {}
+        self._stamps: dict[str, str] = {}
         self._root_of_abs: dict[str, str] = {}
         for k in keys:
             root = self.roots[k]
@@ -361,6 +362,24 @@ class ProjectPhase:
             return False
         return reask(self.indexes.get(self.roots.get(key, "")), self.abs.get(key, os.path.abspath(key)),
                      questions).relevant()
+
+    def stamp(self, key: str) -> str | None:
+        """A hash of what the answers to the file's questions are computed from: its project's
+        files, and the content of each file summarised (a summary is a function of the
+        content and of perflint's code, which keys the cache)."""
+        root = self.roots.get(key)
+        index = self.indexes.get(root or "")
+        if index is None:
+            return None
+        got = self._stamps.get(root)
+        if got is None:
+            from perflint.cache import digest
+
+            shas = self._sha_of_abs
+            parts = [root, "\0".join(sorted(index.all_files)),
+                     "\0".join(f"{p}:{shas.get(p, '?')}" for p in sorted(index.summaries))]
+            got = self._stamps[root] = digest("\1".join(parts).encode())[:20]
+        return got
 
     def digest(self, key: str, questions: list[str]) -> str:
         from perflint.analysis.project import answers_digest

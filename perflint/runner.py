@@ -241,7 +241,7 @@ def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: 
                 continue
         elif use_cache and key in fingerprints:
             cache = caches[fingerprints[key]]
-            hit = cache.get(os.path.abspath(key), shas[key], lambda q, key=key: proj.digest(key, q))
+            hit = cache.get(os.path.abspath(key), shas[key], lambda q, key=key: proj.digest(key, q), proj.stamp(key))
             # When fixing, only a file known to have no findings can be answered from
             # the cache: there is nothing to fix in it.
             if hit is not None and (not fix or not hit):
@@ -271,7 +271,7 @@ def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: 
             else:
                 sha = shas[r.path]
             caches[fingerprints[r.path]].put(os.path.abspath(r.path), sha, r.diagnostics,
-                                             r.questions, proj.digest(r.path, r.questions))
+                                             r.questions, proj.digest(r.path, r.questions), proj.stamp(r.path))
         for c in caches.values():
             c.save()
         proj.save()

@@ -203,3 +203,27 @@ def test_loaders_unpacked_from_a_factory_reach_the_parameters_of_the_step_functi
                                                                       "return train_loader, train_set"))
     r = run("check", ".", "--no-cache", "--output-format", "json", "--select", "PF105")
     assert findings(r) == []
+
+
+def test_a_warm_run_of_an_unchanged_project_asks_no_question_again(proj, monkeypatch, tmp_path_factory):
+    import perflint.analysis.project as project
+    from perflint import runner
+    from perflint.config import Resolver
+
+    monkeypatch.setenv("PERFLINT_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    asked = []
+    digest = project.answers_digest
+    monkeypatch.setattr(project, "answers_digest", lambda *a, **k: asked.append(a[1]) or digest(*a, **k))
+    cold = runner.run(["."], Resolver(), jobs=1)
+    assert cold.cached == 0 and asked  # the answers stored with the findings
+    asked.clear()
+    warm = runner.run(["."], Resolver(), jobs=1)
+    # The project's files and contents are those the entries were stored with: nothing to re-ask.
+    assert warm.cached == 3 and asked == []
+    assert [r.diagnostics for r in warm.results] == [r.diagnostics for r in cold.results]
+    # Another file's content changed: the entries are checked against re-asked answers (and
+    # still hold, since a comment changes no answer).
+    (proj / "data.py").write_text(DATA + "# a comment\n")
+    again = runner.run(["."], Resolver(), jobs=1)
+    assert asked and again.cached >= 2
+    assert [r.diagnostics for r in again.results] == [r.diagnostics for r in cold.results]
