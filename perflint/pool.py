@@ -26,15 +26,23 @@ TREE_BUDGET = 32 << 20
 
 
 def _worker(conn, budget: int) -> None:
+    import signal
+
     from perflint import engine
 
+    # Ctrl-C is the parent's to handle: it stops the workers (see `Pool.close`).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     engine._worker_init()
     engine.TREES.enable(budget)
+    try:
+        _serve(conn, engine)
+    except (EOFError, OSError):
+        return  # the parent is gone
+
+
+def _serve(conn, engine) -> None:
     while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
+        msg = conn.recv()
         if msg[0] == "stop":
             return
         if msg[0] == "projects":
