@@ -1859,8 +1859,11 @@ class ChannelsLastMissing(Rule):
 # PF409 — tensor-created-then-moved
 # ----------------------------------------------------------------------------------------
 
-# Constructors whose values do not depend on where they are computed.
-_EXACT_CTORS = {"zeros", "ones", "full", "empty", "eye", "tensor"}
+# Constructors whose values do not depend on where they are computed.  Not `tensor`,
+# `as_tensor` or `from_numpy`: their data starts in host memory, and with `device=` torch
+# builds the same host tensor and copies it the same way (`torch/csrc/utils/tensor_new.h`:
+# the data is moved into a CPU tensor, then `.to(device)`), so there is nothing to save.
+_EXACT_CTORS = {"zeros", "ones", "full", "empty", "eye"}
 # Same values only in integer arithmetic: CPU kernels accumulate float ranges in double
 # (`acc_type<scalar_t, false>`), CUDA kernels in float (`acc_type<scalar_t, true>`).
 _RANGE_CTORS = {"arange", "linspace"}
@@ -1882,9 +1885,9 @@ def _int_literals_only(call: cst.Call) -> bool:
 class TensorCreatedThenMoved(Rule):
     """
     ## What it does
-    Flags `torch.zeros/ones/full/empty/eye/arange/linspace/tensor(...)`, the random
-    constructors (`rand`, `randn`, `randint`, `randperm`, `normal` …) and
-    `torch.from_numpy(a)` directly followed by `.cuda()` or `.to(<device>)`.
+    Flags `torch.zeros/ones/full/empty/eye/arange/linspace(...)` and the random
+    constructors (`rand`, `randn`, `randint`, `randperm`, `normal` …) directly followed by
+    `.cuda()` or `.to(<device>)`.
 
     ## Why is this bad?
     The tensor is built in host memory, then copied: a pageable host-to-device copy that
@@ -1900,20 +1903,23 @@ class TensorCreatedThenMoved(Rule):
     ```python
     mask = torch.zeros(n, n).to(device)
     noise = torch.randn(b, d).cuda()
-    x = torch.from_numpy(arr).to(device)
     ```
 
     ## Use instead
     ```python
     mask = torch.zeros(n, n, device=device)
     noise = torch.randn(b, d, device="cuda")
-    x = torch.as_tensor(arr, device=device)
     ```
 
+    Not for data that starts in host memory: `torch.tensor(data).to(device)` and
+    `torch.from_numpy(arr).to(device)` are left alone. `torch.tensor(data, device=...)` and
+    `torch.as_tensor(arr, device=...)` build the same host tensor and copy it the same way
+    (torch's `tensor_new.h`: the data goes into a CPU tensor, then `.to(device)`), so the
+    rewrite would save nothing. When such data is a constant, build it once, outside the loop.
+
     ## Fix safety
-    **Safe** for `zeros`, `ones`, `full`, `empty`, `eye`, `tensor`, integer `arange`, and
-    `from_numpy(a).to(dev)` → `torch.as_tensor(a, device=dev)` (a copy on CUDA and an alias on
-    the CPU, as before), when the `.to` argument is provably a device (a string literal,
+    **Safe** for `zeros`, `ones`, `full`, `empty`, `eye` and integer `arange`, when the `.to`
+    argument is provably a device (a string literal,
     `torch.device(...)`, or a name bound only to those) and the constructor has no
     `requires_grad=True` (moving `device=` into it would turn a non-leaf into a leaf). `.to(dev,
     dtype)` becomes `device=…, dtype=…` (safe for `zeros/ones/empty/eye`; other constructors
@@ -1937,8 +1943,8 @@ class TensorCreatedThenMoved(Rule):
     name = "tensor-created-then-moved"
     summary = "tensor built on the CPU, then moved to a device"
     fix_class = "safe or unsafe"
-    tokens = (b"zeros", b"ones", b"full", b"empty", b"eye", b"arange", b"linspace", b"tensor",
-              b"rand", b"normal", b"bernoulli", b"poisson", b"multinomial", b"from_numpy")
+    tokens = (b"zeros", b"ones", b"full", b"empty", b"eye", b"arange", b"linspace", b"rand", b"normal",
+              b"bernoulli", b"poisson", b"multinomial")
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         for call in facts.calls():
@@ -1946,7 +1952,7 @@ class TensorCreatedThenMoved(Rule):
             if name not in ("to", "cuda") or not isinstance(call.func, cst.Attribute):
                 continue
             inner = call.func.value
-            # `torch.zeros(n).float().cuda()`, `torch.tensor(v)[None, :, None].to(dev)`: the
+            # `torch.zeros(n).float().cuda()`, `torch.ones(n)[None, :, None].to(dev)`: the
             # same CPU tensor, cast or viewed on the way (reported; no fix is offered).
             through = False
             while True:
@@ -1963,7 +1969,7 @@ class TensorCreatedThenMoved(Rule):
             if not q.startswith("torch.") or q.count(".") != 1:
                 continue
             ctor = q[len("torch."):]
-            if ctor not in (_EXACT_CTORS | _RANGE_CTORS | _RANDOM_CTORS | {"from_numpy"}):
+            if ctor not in (_EXACT_CTORS | _RANGE_CTORS | _RANDOM_CTORS):
                 continue
             rg = get_arg(inner, "requires_grad")
             if rg is not None and literal_value(rg.value) is not False:
@@ -1976,8 +1982,7 @@ class TensorCreatedThenMoved(Rule):
             device, dtype, strength = dest
             yield Violation(
                 inner,
-                f"`torch.{ctor}(...)` is built on the CPU and then copied to the device; "
-                + ("use `torch.as_tensor(..., device=...)`" if ctor == "from_numpy" else "pass `device=` to create it there"),
+                f"`torch.{ctor}(...)` is built on the CPU and then copied to the device; pass `device=` to create it there",
                 None if through else self._fix(facts, call, inner, ctor, device, dtype, strength),
             )
 
@@ -2032,19 +2037,14 @@ class TensorCreatedThenMoved(Rule):
             safe = False
         elif ctor == "linspace" or (ctor == "arange" and not _int_literals_only(inner) and len([a for a in inner.args if a.keyword is None]) != 1):
             safe = False
-        if dtype is not None and ctor not in ("zeros", "ones", "empty", "eye", "from_numpy"):
+        if dtype is not None and ctor not in ("zeros", "ones", "empty", "eye"):
             safe = False
         new = inner
-        if ctor == "from_numpy":
-            if not isinstance(inner.func, cst.Attribute) or len(inner.args) != 1 or inner.args[0].keyword is not None:
-                return None
-            new = new.with_changes(func=inner.func.with_changes(attr=cst.Name("as_tensor")))
         if dtype is not None:
             new = add_arg(new, make_kwarg("dtype", dtype))
         new = add_arg(new, make_kwarg("device", device))
         new = new.with_changes(lpar=call.lpar, rpar=call.rpar) if call.lpar else new
-        what = "Create it with `device=`" if ctor != "from_numpy" else "Use `torch.as_tensor(..., device=...)`"
-        return (self.safe if safe else self.unsafe)(what, {call: new})
+        return (self.safe if safe else self.unsafe)("Create it with `device=`", {call: new})
 
 
 # ----------------------------------------------------------------------------------------
