@@ -46,17 +46,22 @@ def worker_count(facts: Facts, call: cst.Call) -> tuple[str, cst.Arg | None]:
     arg = loader_arg(call, "num_workers")
     if arg is None:
         return "zero", None
-    values = facts_literal_values(facts, arg.value)
+    return workers_of(facts, arg.value), arg
+
+
+def workers_of(facts: Facts, value: cst.BaseExpression) -> str:
+    """"zero" | "positive" | "unknown" for a num_workers expression."""
+    values = facts_literal_values(facts, value)
     if values is None:
-        found, default = facts.option_default(arg.value)  # `args.workers`, `cfg.num_workers`
+        found, default = facts.option_default(value)  # `args.workers`, `cfg.num_workers`
         if not found or default is None:
-            return "unknown", arg
+            return "unknown"
         values = [default]
     if all(v == 0 for v in values):
-        return "zero", arg
+        return "zero"
     if all(isinstance(v, int) and v > 0 for v in values):
-        return "positive", arg
-    return "unknown", arg
+        return "positive"
+    return "unknown"
 
 
 def facts_literal_values(facts: Facts, node: cst.BaseExpression) -> list | None:
@@ -753,7 +758,9 @@ class DataLoaderNoPersistentWorkers(Rule):
     done on the dataset) is silently not seen by the workers (reproduced: epoch 2 still
     yielded epoch 1's values). `sampler.set_epoch` on a map-style dataset is fine. For a
     non-literal `num_workers` the fix writes `persistent_workers=<num_workers> > 0`, never
-    a bare `True`, which would raise when the value is 0.
+    a bare `True`, which would raise when the value is 0. `DataLoader(ds, **kw)` is read
+    through `kw` when its keys are known (a dict literal, `dict(...)`, `.update({...})`) and
+    reported without a fix: the dict may get its `num_workers` only on some paths.
 
     ## Applies to
     All torch versions; CPU and CUDA. Not reported for a loader bound to a name that is
@@ -779,7 +786,23 @@ class DataLoaderNoPersistentWorkers(Rule):
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         for call in _dataloaders(facts):
-            if has_splat(call) or get_arg(call, "persistent_workers") is not None:
+            if has_splat(call):
+                # `DataLoader(ds, **kw)`: read through `kw` when its keys are known.
+                opts = loader_options(facts, call)
+                if opts is None or "persistent_workers" in opts or "num_workers" not in opts:
+                    continue
+                if workers_of(facts, opts["num_workers"]) == "zero" or iterated_once(facts, call):
+                    continue
+                # No fix: the dict may get its `num_workers` only on some paths (`if use_cuda:
+                # kw.update(...)`), and `persistent_workers=True` without workers raises.
+                yield Violation(
+                    call.func,
+                    "DataLoader restarts its worker processes every epoch; pass `persistent_workers=True` "
+                    "if the dataset does not change between epochs",
+                    None,
+                )
+                continue
+            if get_arg(call, "persistent_workers") is not None:
                 continue
             state, arg = worker_count(facts, call)
             if state == "zero" or arg is None:
