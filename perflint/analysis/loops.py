@@ -317,9 +317,11 @@ class LoopsMixin:
         for parent in self.ancestors(node):
             if isinstance(parent, cst.If):
                 if cur is parent.body:
-                    if self.is_throttled_test(parent.test) or _leaves(parent.body):
+                    if self.is_throttled_test(parent.test) or _leaves(parent.body) or _capped_branch(parent):
                         return None
                     type_guarded = type_guarded or _is_type_test(parent.test)
+                elif cur is parent.test and after_latch(node, parent):
+                    return None
             elif isinstance(parent, cst.ExceptHandler):
                 return None
             elif isinstance(parent, (cst.For, cst.While)):
@@ -448,3 +450,39 @@ def _is_type_test(test: cst.BaseExpression) -> bool:
         if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in ("isinstance", "type", "hasattr"):
             return True
     return False
+
+
+def _capped_branch(branch: cst.If) -> bool:
+    """`if shown < 3: ...; shown += 1`: a branch whose test caps a counter the branch itself
+    increments runs a bounded number of times, not on every iteration."""
+    bumped = set()
+    for n in _iter_expr(branch.body):
+        if isinstance(n, cst.AugAssign) and isinstance(n.operator, cst.AddAssign):
+            target = dotted(n.target)
+            if target is not None:
+                bumped.add(target)
+    if not bumped:
+        return False
+    for n in _iter_expr(branch.test):
+        if isinstance(n, cst.Comparison) and len(n.comparisons) == 1:
+            comp = n.comparisons[0]
+            if isinstance(comp.operator, (cst.LessThan, cst.LessThanEqual)) and dotted(n.left) in bumped:
+                return True
+    return False
+
+
+def after_latch(node: cst.CSTNode, branch: cst.If) -> bool:
+    """`if seen or torch.all(q == 0): seen = True`: once the branch has run, the flag
+    short-circuits the test, so what follows the `or` stops running."""
+    latched = set()
+    for n in _iter_expr(branch.body):
+        if isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value == "True":
+            latched |= {dotted(t.target) for t in n.targets}
+    if not latched:
+        return False
+    for n in _iter_expr(branch.test):
+        if isinstance(n, cst.BooleanOperation) and isinstance(n.operator, cst.Or) and dotted(n.left) in latched:
+            if n is node or any(x is node for x in _iter_expr(n.right)):
+                return True
+    return False
+

@@ -7,6 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from perflint.analysis import Facts, call_name, iter_nodes
+from perflint.analysis.loops import after_latch
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation
 
@@ -402,8 +403,11 @@ class HostSyncInLoop(Rule):
     batches not yet moved to a device, tensors created without a device) are ignored, as
     are files where nothing can be on an accelerator (see PF201), `torch.cuda.synchronize()`
     next to a clock read in a loop that adds up elapsed time every iteration
-    (`t_model += time.perf_counter() - t0`: measuring is its purpose), and
-    actions read back to be sent to an environment's `step()` (reinforcement learning).
+    (`t_model += time.perf_counter() - t0`: measuring is its purpose), actions read back
+    to be sent to an environment's `step()` (reinforcement learning), a branch that caps a
+    counter it increments (`if shown < 3: shown += 1; print(out.tolist())`), and a test
+    behind a flag that its branch sets (`if full or torch.all(q == 0): full = True`): both
+    stop reading after a few iterations.
 
     ## References
     - PyTorch performance tuning guide, "Avoid unnecessary CPU-GPU synchronization"
@@ -429,6 +433,8 @@ class HostSyncInLoop(Rule):
                 continue
             if facts.iteration_context(node) is None:
                 continue
+            if isinstance(node, cst.If) and after_latch(test, node):
+                continue  # `if seen or torch.all(...): seen = True`: stops reading once set
             kind = {cst.If: "if", cst.While: "while", cst.Assert: "assert"}[type(node)]
             yield Violation(
                 node,
