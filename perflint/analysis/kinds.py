@@ -15,6 +15,11 @@ from perflint.analysis.vocab import (
 )
 from perflint.names import dotted
 
+# Calls that return the model they are given, wrapped or converted.
+_MODEL_WRAPPERS = frozenset({
+    "torch.compile", "torch.nn.SyncBatchNorm.convert_sync_batchnorm", "apex.parallel.convert_syncbn_model",
+})
+
 
 # Calls whose iteration yields the elements of their first argument: progress bars and
 # loggers (`metric_logger.log_every(loader, 10)` in DETR/DeiT/MAE-style code).
@@ -326,7 +331,7 @@ class KindsMixin:
                 if fname in LOSS_FUNCTIONS:
                     return {"loss", "tensor"}
                 return {"tensor"}
-            if q == "torch.compile" and node.args:
+            if q in _MODEL_WRAPPERS and node.args:
                 return set(self.kinds(node.args[0].value)) & {"model"} or {"model"}
             if MODEL_FACTORIES.match(q) and not q.endswith(("Tokenizer", "Config", "Processor")):
                 if ".from_pretrained" in q or q.startswith(("torchvision.models", "timm", "torch.hub", "torchaudio.models")):

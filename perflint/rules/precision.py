@@ -396,18 +396,24 @@ def is_training_file(facts: Facts) -> bool:
 
 
 _FRAMEWORK_ROOTS = {
-    "accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "apex",
+    "accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed",
     "colossalai", "composer",
 }
+# apex's mixed-precision parts (its LARC, SyncBatchNorm, fused optimizers are not).
+_APEX_PRECISION = ("apex.amp", "apex.fp16_utils")
 
 
 def uses_training_framework(facts: Facts) -> bool:
-    """Accelerate, Lightning, DeepSpeed, apex … or the transformers Trainer: precision and
-    loss scaling may then be configured outside this file."""
+    """Accelerate, Lightning, DeepSpeed, apex's amp … or the transformers Trainer: precision
+    and loss scaling may then be configured outside this file."""
     for full in facts.imports.aliases.values():
         root = full.split(".", 1)[0]
         if root in _FRAMEWORK_ROOTS:
             return True
+        if full.startswith(_APEX_PRECISION):
+            return True
+        if full == "apex" and any((facts.qualname(c.func) or "").startswith(_APEX_PRECISION) for c in facts.calls()):
+            return True  # `import apex` … `apex.amp.initialize(...)`
         if root == "transformers" and full.rsplit(".", 1)[-1] in ("Trainer", "TrainingArguments", "Seq2SeqTrainer", "Seq2SeqTrainingArguments"):
             return True
     return False
@@ -1114,7 +1120,7 @@ class NoMixedPrecision(Rule):
 
     ## Applies to
     Target torch ≥ 1.10 (`torch.autocast`); CUDA code only. Silent in files that use
-    autocast, a GradScaler, Accelerate/Lightning/DeepSpeed/apex or the transformers Trainer,
+    autocast, a GradScaler, Accelerate/Lightning/DeepSpeed/apex's amp or the transformers Trainer,
     precision flags (`amp`, `fp16`, `bf16`, `mixed_precision`), or cast models to
     half/bfloat16.
 
@@ -1305,7 +1311,7 @@ class Fp16WithoutGradScaler(Rule):
     ## Applies to
     All torch versions with autocast; CUDA and CPU. Silent when the file mentions any scaler
     (`GradScaler`, `ShardedGradScaler`, timm's `NativeScaler`, a `loss_scaler` …) or uses
-    Accelerate, Lightning, DeepSpeed, apex or the transformers Trainer, which scale losses
+    Accelerate, Lightning, DeepSpeed, apex's amp or the transformers Trainer, which scale losses
     themselves; silent when the dtype cannot be resolved.
 
     ## References
