@@ -102,6 +102,18 @@ class KindsMixin:
         ks = self.kinds(node)
         return kind in ks or (weak and ("~" + kind) in ks)
 
+    def _accumulated_kinds(self, node: cst.Name) -> set[str]:
+        """Tensor kinds that `name += <tensor>` statements in `node`'s scope add to the name."""
+        scope = self.scope_of(node)
+        out: set[str] = set()
+        for aug in self.nodes_within(scope, cst.AugAssign):
+            if isinstance(aug.target, cst.Name) and aug.target.value == node.value and self.scope_of(aug) is scope \
+                    and isinstance(aug.operator, (cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign)):
+                out |= set(self.kinds(aug.value)) & {"loss", "tensor", "device_tensor"}
+        if "loss" in out:
+            out.add("tensor")
+        return out
+
     def _binding_kinds(self, b: Binding) -> set[str]:
         if b.how == "expr":
             return set(self.kinds(b.node))
@@ -214,6 +226,11 @@ class KindsMixin:
                     out |= self._binding_kinds(b)
                 if "model" in out or "criterion" in out:
                     out.discard("tensor")
+                if out & {"number", "int"} and not out & {"tensor", "loss"}:
+                    # `loss = 0` then `loss += criterion(out, y)`: a tensor from the first add.
+                    added = self._accumulated_kinds(node)
+                    if added:
+                        out = (out - {"number", "int"}) | added
                 return out
             q = self.qualname(node)
             if q is not None:
