@@ -1,8 +1,8 @@
 """The `perflint` command: check, fix, rule, rules, verify.
 
-Exit status (as ruff): 0 nothing found, 1 findings (or, with `--diff`, a diff), 2 a usage
-error, a broken config, or a file that could not be read, parsed or fixed (the other files
-are still checked and reported).
+Exit status (as ruff): 0 nothing found, 1 findings (or, with `--diff`, a diff; `--exit-zero`
+makes both 0), 2 a usage error, a broken config, or a file that could not be read, parsed or
+fixed (the other files are still checked and reported).
 """
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exc
     if errors:
         sys.exit(EXIT_ERROR)
     if diff:
-        sys.exit(EXIT_FINDINGS if changed else EXIT_CLEAN)
+        sys.exit(EXIT_FINDINGS if changed and not exit_zero else EXIT_CLEAN)
     if any(r.diagnostics for r in outcome.results) and not exit_zero:
         sys.exit(EXIT_FINDINGS)
     sys.exit(EXIT_CLEAN)
@@ -359,7 +359,7 @@ def check(paths, select, extend_select, ignore, target_torch, config_file, exclu
 @click.argument("paths", nargs=-1, type=click.Path(readable=False, allow_dash=True))
 @selection_options
 @click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Apply unsafe fixes too (default: [tool.perflint] unsafe-fixes).")
-@click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing (exit 1 if there is a diff).")
+@click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing (exit 1 if there is a diff, unless --exit-zero).")
 @click.option("--show-fixes", is_flag=True, help="List the fixes applied, by file and rule.")
 @output_format_option
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2).")

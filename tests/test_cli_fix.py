@@ -156,6 +156,9 @@ def test_diff_prints_a_unified_diff_and_writes_nothing(proj):
     r = run("check", "--diff", "--select", "PF402")
     assert r.exit_code == 1 and "+scaler = torch.amp.GradScaler" in r.stdout
     assert (proj / "a.py").read_text() == AMP
+    # --exit-zero makes a diff exit 0 too (as in ruff); the diff is still printed.
+    r = run("fix", "--diff", "--exit-zero", "--select", "PF402")
+    assert r.exit_code == 0 and "+scaler = torch.amp.GradScaler" in r.stdout
 
 
 def test_check_fix_is_fix(proj):
