@@ -822,13 +822,7 @@ def run_jobs(
     if pool is not None and jobs and (pool.started or len(jobs) >= 8):
         # Workers that live for the whole run (see `perflint.pool`).
         out = pool.run(jobs, progress, on_start)
-        for i in [i for i, r in enumerate(out) if r is None]:
-            _pool_run(jobs, [i], out, 1, progress, None)
-            if out[i] is None:
-                out[i] = _died(jobs[i])
-                if progress:
-                    progress(out[i])  # type: ignore[arg-type]
-        return [r for r in out if r is not None]
+        return _retry_lost(jobs, out, progress)
     if workers <= 1 or len(jobs) < 8 or pool is not None:
         if on_start is not None:
             progress = on_start() or progress
@@ -843,20 +837,20 @@ def run_jobs(
     # Largest files first keeps the workers evenly loaded.
     order = sorted(range(len(jobs)), key=lambda i: -(len(jobs[i].raw) if jobs[i].raw is not None else 0))
     progress = _pool_run(jobs, order, out, min(workers, len(jobs)), progress, on_start)
-    # Jobs lost with a dead worker: again, one worker at a time, so that the file that
-    # kills a worker is found and reported and the others still get their results.
+    return _retry_lost(jobs, out, progress)
+
+
+def _retry_lost(jobs: list[Job], out: list[FileResult | None], progress) -> list[FileResult]:
+    """Jobs lost with a dead worker: again, one worker at a time, so that the file that kills
+    a worker is found and reported and the others still get their results."""
     for i in [i for i, r in enumerate(out) if r is None]:
         _pool_run(jobs, [i], out, 1, progress, None)
         if out[i] is None:
-            out[i] = _died(jobs[i])
+            out[i] = FileResult(path=jobs[i].path, errors=[FileError(
+                jobs[i].path, ErrorKind.INTERNAL, f"the worker process checking this file died; {BUG_HINT}")])
             if progress:
-                progress(out[i])  # type: ignore[arg-type]
+                progress(out[i])
     return [r for r in out if r is not None]
-
-
-def _died(job: Job) -> FileResult:
-    return FileResult(path=job.path, errors=[
-        FileError(job.path, ErrorKind.INTERNAL, f"the worker process checking this file died; {BUG_HINT}")])
 
 
 def _pool_run(jobs, order, out, workers, progress, on_start):
