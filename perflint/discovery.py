@@ -272,7 +272,7 @@ def _walk_dir(top: Path, resolver: _SafeResolver, ignores: _Ignores, out: Discov
                 continue
             if is_dir:
                 subdirs.append((entry.path, inherited))
-            elif is_file:
+            elif is_file and suffix in SUFFIXES:  # a link is checked by its own name, as a file is
                 if entry.is_symlink():
                     real = Path(os.path.realpath(entry.path))
                 else:

@@ -84,6 +84,17 @@ def test_symlinked_folder_cycle_terminates(root):
     assert found() == ["pkg/a.py"]
 
 
+def test_a_link_is_checked_by_its_own_name_like_a_file(root):
+    # yolov5's CLAUDE.md -> AGENTS.md: a linked Markdown file is not Python.
+    write(root, {"AGENTS.md": "notes \u2014 hi\n", "a.py": "x = 1\n", "real.py": "", "blob.bin": "\x00"})
+    os.symlink(root / "AGENTS.md", root / "CLAUDE.md")
+    os.symlink(root / "blob.bin", root / "blob.link")
+    os.symlink(root / "real.py", root / "alias.py")
+    assert found() == ["a.py", "alias.py"]  # the link to real.py stands for it (one file)
+    r = run("check", ".")
+    assert r.exit_code == 0, r.stderr
+
+
 def test_order_is_sorted_whatever_the_creation_order(root):
     names = ["z.py", "a.py", "m/b.py", "B.py", "m/a.py", "_x.py"]
     for n in names:
