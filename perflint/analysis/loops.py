@@ -360,6 +360,8 @@ class LoopsMixin:
             return "off"
         if q == "torch.enable_grad":
             return "on"
+        if isinstance(expr, cst.Call) and self._grad_off_factory_call(expr):
+            return "off"  # `@smart_inference_mode()`: a decorator that applies inference_mode
         if q == "torch.set_grad_enabled" and isinstance(expr, cst.Call) and expr.args:
             v = literal_value(expr.args[0].value)
             if v is False:
@@ -368,6 +370,35 @@ class LoopsMixin:
                 return "on"
             return "unknown"
         return None
+
+    def _grad_off_factory_call(self, call: cst.Call) -> bool:
+        """A call of a function of this file or the project that returns a decorator
+        applying `torch.no_grad`/`torch.inference_mode` (yolov5's `smart_inference_mode()`)."""
+        if isinstance(call.func, cst.Name):
+            fns = self.functions_by_name.get(call.func.value, [])
+            if len(fns) == 1 and self.scope_of(fns[0]) is self.module:
+                return self.is_grad_off_factory(fns[0])
+        return "grad_off_decorator" in self.project_call_kinds(call)
+
+    def is_grad_off_factory(self, fn: cst.FunctionDef) -> bool:
+        """`def f(...): def decorate(fn): return torch.no_grad()(fn); return decorate`: every
+        return of `f` is a nested function whose returns apply a grad-off context."""
+        nested = {s.name.value: s for s in fn.body.body if isinstance(s, cst.FunctionDef)} \
+            if isinstance(fn.body, cst.IndentedBlock) else {}
+        rets = [r for r in self.nodes_within(fn, cst.Return) if self.enclosing_function(r) is fn]
+        if not nested or not rets or not all(isinstance(r.value, cst.Name) and r.value.value in nested for r in rets):
+            return False
+        for r in rets:
+            inner = nested[r.value.value]  # type: ignore[union-attr]
+            inner_rets = [x for x in self.nodes_within(inner, cst.Return)
+                          if self.enclosing_function(x) is inner and x.value is not None]
+            if not inner_rets:
+                return False
+            for x in inner_rets:
+                names = {self.qualname(n) for n in _iter_expr(x.value) if isinstance(n, (cst.Name, cst.Attribute))}
+                if not names & set(self.GRAD_OFF) or "torch.enable_grad" in names:
+                    return False
+        return True
 
     def grad_context(self, node: cst.CSTNode) -> str | None:
         """"off"/"on"/"unknown" if `node` runs inside a grad-mode context or a function

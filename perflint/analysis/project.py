@@ -40,6 +40,7 @@ PARAM_KINDS = frozenset({"dataloader", "model", "optimizer", "scaler", "criterio
                          "output", "loss"})
 # Kinds a function's result may carry to its callers.
 RESULT_KINDS = frozenset({"dataloader", "model", "optimizer", "scaler", "criterion", "loss", "tensor", "dataset",
+                          "grad_off_decorator",
                           "device_cuda", "device_cpu", "device_other"})
 
 

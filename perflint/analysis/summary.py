@@ -150,6 +150,8 @@ def _function_info(facts, fn: cst.FunctionDef) -> dict:
                 ret_calls.add(ref)
             if facts.qualname(value.func) == DATALOADER:
                 loader_options = _loader_options(facts, value)
+    if facts.is_grad_off_factory(fn):
+        returns.add("grad_off_decorator")
     info = {"returns": _strong(returns, RESULT_KINDS), "ret_calls": sorted(ret_calls)}
     if loader_options is not None:
         info["loader"] = loader_options

@@ -439,7 +439,9 @@ class EvalWithoutNoGrad(Rule):
     in scopes that use autograd on purpose (`.backward(`, `autograd.grad(`,
     `requires_grad_(`, `.grad`, `enable_grad` — saliency maps, adversarial examples,
     test-time adaptation), in `forward`/`training_step`, or in Lightning's
-    `validation_step`/`test_step`/`predict_step` (Lightning disables gradients there).
+    `validation_step`/`test_step`/`predict_step` (Lightning disables gradients there), nor
+    in a function decorated by a decorator factory of the file or the project whose decorator
+    applies `no_grad`/`inference_mode` (yolov5's `@smart_inference_mode()`).
 
     ## Applies to
     All torch versions.
