@@ -122,7 +122,7 @@ class Net(nn.Module):
 
 
 device = torch.device("cuda")
-model = nn.DataParallel(Net()).to(device)
+model = Net().to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 loader = DataLoader(TensorDataset(torch.randn(64, 3, 8, 8), torch.randint(0, 10, (64,))), batch_size=8)
 rir = np.random.randn(4000)

@@ -1052,6 +1052,25 @@ def rebuild_block(block: cst.IndentedBlock, ranges: list[tuple[int, int, str]]) 
     return block.with_changes(body=out)
 
 
+_BCE = {"torch.nn.BCELoss", "torch.nn.functional.binary_cross_entropy"}
+_CUDNN_RNNS = {"torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN"}
+
+
+def _no_bf16_autocast_fix(facts: Facts) -> str | None:
+    """Why wrapping the step in bf16 autocast would break this file, or None."""
+    called = layer_qualnames(facts)
+    if called & _BCE:
+        return ("`BCELoss`/`binary_cross_entropy` raise under CUDA autocast (\"unsafe to autocast\"); "
+                "compute the loss from logits with `BCEWithLogitsLoss` inside it")
+    if called & _CUDNN_RNNS:
+        return ("under CUDA autocast cuDNN LSTM/GRU/RNN layers run in float16 whatever the dtype asked, "
+                "so the step needs float16 with a `torch.amp.GradScaler`")
+    if "torch.nn.DataParallel" in called:
+        return ("`nn.DataParallel` runs its replicas in threads that enter autocast without its dtype, "
+                "so they would run float16 without a `torch.amp.GradScaler`; move to DDP first (PF503)")
+    return None
+
+
 @register
 class NoMixedPrecision(Rule):
     """
@@ -1105,8 +1124,14 @@ class NoMixedPrecision(Rule):
     losses): they clamp the cosine to `1 - 1e-7`, which bf16 rounds to 1.0, so under autocast
     `acos` has an infinite gradient (NaN gradients, reproduced under CPU bf16 autocast), and
     leaving the loss outside autocast feeds a bf16 embedding to fp32 margin weights
-    (`expected m1 and m2 to have the same dtype`). bf16 needs no GradScaler: it has fp32's
-    exponent range. When the step runs on the script's own device (`x.to(device)`,
+    (`expected m1 and m2 to have the same dtype`). No fix, and a message that says why, when
+    the file calls `BCELoss`/`binary_cross_entropy` (CUDA autocast raises "unsafe to
+    autocast" for them: use `BCEWithLogitsLoss` on logits), builds `nn.LSTM`/`GRU`/`RNN`
+    layers (torch's autocast wrapper for cuDNN RNNs casts them to float16 whatever the dtype
+    asked, `aten/src/ATen/cudnn/AutocastRNN.cpp`, so they need a GradScaler), or uses
+    `nn.DataParallel` (its replica threads enter `autocast(enabled=...)` without the dtype,
+    `torch/nn/parallel/parallel_apply.py`, so they run float16). bf16 needs no GradScaler:
+    it has fp32's exponent range. When the step runs on the script's own device (`x.to(device)`,
     `.to(args.device)`, a `device` parameter) and that device may not be CUDA, the autocast
     is enabled only there: `enabled=device.type == "cuda"` for a `torch.device`,
     `enabled=torch.device(args.device).type == "cuda"` for a string option (right for either).
@@ -1163,6 +1188,9 @@ class NoMixedPrecision(Rule):
             # autocast acos gets an infinite gradient, and outside it a bf16 embedding meets
             # fp32 margin weights. Report, but offer no rewrite.
             steps = [(c, None, s, e, f) for c, b, s, e, f in steps]
+        why_not = _no_bf16_autocast_fix(facts)
+        if why_not:
+            steps = [(c, None, s, e, f) for c, b, s, e, f in steps]
         per_block: dict[cst.CSTNode, list[tuple[int, int, str]]] = {}
         for _, block, start, end, first in steps:
             if block is not None and tn is not None:
@@ -1186,13 +1214,13 @@ class NoMixedPrecision(Rule):
             test = device_test[first]
             enabled = f", enabled={test}" if test else ""
             other = ", so a run on another device keeps fp32" if test else ""
-            yield Violation(
-                first,
-                "CUDA training step without mixed precision: run the forward pass and loss under "
-                f'`torch.autocast("cuda", dtype=torch.bfloat16{enabled})`{other} (Ampere or newer; '
-                "pre-Ampere GPUs should use float16 with a `torch.amp.GradScaler` instead)",
-                plan if has_plan else None,
-            )
+            message = ("CUDA training step without mixed precision: run the forward pass and loss under "
+                       f'`torch.autocast("cuda", dtype=torch.bfloat16{enabled})`{other} (Ampere or newer; '
+                       "pre-Ampere GPUs should use float16 with a `torch.amp.GradScaler` instead)")
+            if why_not:
+                message = ("CUDA training step without mixed precision: run the forward pass under "
+                           f"`torch.autocast` — not as a plain rewrite here: {why_not}")
+            yield Violation(first, message, plan if has_plan else None)
 
     @staticmethod
     def _updates_weights(facts: Facts, step: cst.CSTNode) -> bool:
