@@ -266,14 +266,19 @@ class Noise(Dataset):
         return torch.randn(4), torch.randn(1)
 
 
-model = torch.nn.Linear(4, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-loader = DataLoader(Noise(), batch_size=8)
-for x, y in loader:
-    loss = (model(x) - y).pow(2).mean()
-    optimizer.zero_grad(set_to_none=False)
-    loss.backward()
-    optimizer.step()
+def main():
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(Noise(), batch_size=8)
+    for x, y in loader:
+        loss = (model(x) - y).pow(2).mean()
+        optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
 """
 
 

@@ -464,9 +464,13 @@ class DataLoaderNoWorkers(Rule):
     has its own copy), holding no tensors on a device (CUDA cannot be used in forked
     workers), and with no lambda or nested function as dataset argument or `collate_fn`
     (the spawn start method must pickle them). No fix for a dataset from another module or
-    a function: its code is not in view. Check yourself, after the fix: scripts run with
-    the spawn start method (Windows, macOS) need the `if __name__ == "__main__":` guard;
-    random augmentations in workers: since torch 1.9 each worker seeds Python's `random`
+    a function: its code is not in view. No fix either when importing the file runs a loop
+    or one of its own functions outside `if __name__ == "__main__":`: with the spawn or
+    forkserver start method (Windows, macOS; Linux from Python 3.14) every worker imports the
+    main module again, and the script fails with "An attempt has been made to start a new
+    process before the current process has finished its bootstrapping phase" (reproduced
+    with forkserver on the CPU). Check yourself, after the fix: random augmentations in
+    workers: since torch 1.9 each worker seeds Python's `random`
     and torch from the loader's base seed, and numpy's global generator too as of torch
     2.x (`_worker_loop` seeds `numpy.random` when numpy is importable); older versions gave
     every worker the same numpy state. A seeded map-style dataset read once keeps its loss
@@ -536,6 +540,8 @@ class DataLoaderNoWorkers(Rule):
         dataset = loader_arg(call, "dataset")
         if dataset is None or workers_safe(facts, call, dataset.value) is not None:
             return None
+        if runs_loaders_on_import(facts):
+            return None
         value = parse_expr("min(8, os.cpu_count() or 1)")
         new = replace_arg_value(call, arg, value) if arg is not None else add_arg(call, make_kwarg("num_workers", value))
         added = ["`num_workers=min(8, os.cpu_count() or 1)`"]
@@ -555,6 +561,32 @@ class DataLoaderNoWorkers(Rule):
                 anchor.with_changes(leading_lines=[]),
             ])
         return self.unsafe("Add " + ", ".join(added), replacements)
+
+
+def runs_loaders_on_import(facts: Facts) -> bool:
+    """Whether importing the file runs code that may iterate a loader: a loop, or a call of
+    one of its own functions, at the top level outside `if __name__ == "__main__":`.  With
+    the spawn or forkserver start method (macOS, Windows; Linux from Python 3.14) each worker
+    imports the main module again, and such a script then fails with "An attempt has been
+    made to start a new process before the current process has finished its bootstrapping
+    phase"."""
+    local = set(facts.functions_by_name)
+    for stmt in facts.module.body:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(stmt, cst.If) and _is_main_guard(stmt.test):
+            continue
+        for n in iter_nodes(stmt):
+            if isinstance(n, (cst.For, cst.While, cst.CompFor)):
+                return True
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in local:
+                return True
+    return False
+
+
+def _is_main_guard(test: cst.BaseExpression) -> bool:
+    return isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and {
+        dotted(test.left), literal_value(test.comparisons[0].comparator)} == {"__name__", "__main__"}
 
 
 def _imports_os(facts: Facts) -> bool:
