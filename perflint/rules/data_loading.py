@@ -1100,6 +1100,8 @@ class BlockingHostToDeviceCopy(Rule):
 
     ## Applies to
     All torch versions; CUDA targets only (never `cpu`, `mps`, `xpu`, or dtype-only `.to`).
+    Not `batch.to(accelerator.device)` in a file that hands its loaders to that
+    `accelerator.prepare(...)`: Accelerate's prepared loaders already yield batches there.
 
     ## References
     - PyTorch tutorial "A guide on good usage of non_blocking and pin_memory() in PyTorch"
@@ -1130,6 +1132,8 @@ class BlockingHostToDeviceCopy(Rule):
                 continue
             if facts.iteration_context(call) is None:
                 continue
+            if _to_prepared_accelerator_device(facts, call):
+                continue
             new = add_arg(call, make_kwarg("non_blocking", "True"))
             loaders = batch_loaders(facts, recv)
             pinned = bool(loaders) and all(
@@ -1146,6 +1150,33 @@ class BlockingHostToDeviceCopy(Rule):
                 "waits for the copy on every step (from a pinned DataLoader it can overlap with compute)",
                 fix,
             )
+
+
+def _to_prepared_accelerator_device(facts: Facts, call: cst.Call) -> bool:
+    """`batch.to(accelerator.device)` in a file that hands its loaders to
+    `accelerator.prepare(...)`: Accelerate's prepared loaders already yield batches on that
+    device (`device_placement=True`), so the `.to` copies nothing."""
+    dev = get_arg(call, "device", 0)
+    if dev is None or not (isinstance(dev.value, cst.Attribute) and dev.value.attr.value == "device"):
+        return False
+    acc = dev.value.value
+    if not isinstance(acc, cst.Name) or not _is_accelerator(facts, acc):
+        return False
+    mine = [b.node for b in facts.lookup(acc.value, acc)]
+    for c in facts.calls():
+        f = c.func
+        if isinstance(f, cst.Attribute) and f.attr.value in ("prepare", "prepare_data_loader") \
+                and isinstance(f.value, cst.Name) and f.value.value == acc.value \
+                and [b.node for b in facts.lookup(acc.value, f.value)] == mine \
+                and any(facts.has_kind(a.value, "dataloader") for a in c.args):
+            return True
+    return False
+
+
+def _is_accelerator(facts: Facts, name: cst.Name) -> bool:
+    bs = facts.lookup(name.value, name)
+    return bool(bs) and all(b.how == "expr" and isinstance(b.node, cst.Call)
+                            and (facts.qualname(b.node.func) or "").endswith("accelerate.Accelerator") for b in bs)
 
 
 @register
