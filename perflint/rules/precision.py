@@ -387,12 +387,32 @@ def insert_setting(facts: Facts, code_line: str, tn: str) -> dict | None:
 
 
 def is_training_file(facts: Facts) -> bool:
-    if facts.training_loops():
+    """A file that trains: a training loop that updates weights (not a profiling helper that
+    times `.backward()` in a loop), or a per-step training function of its own."""
+    if any(updates_weights(facts, loop, wrapping=True) for loop in facts.training_loops()):
         return True
     # A helper called once per step from another file's loop is per-step code, but its file
     # is not a training file: file-wide settings belong in the file that trains.
     return any(facts.step_function_kind(fn) == "train" and fn not in facts.step_callers
                for fn in facts.index[cst.FunctionDef])
+
+
+def updates_weights(facts: Facts, step: cst.CSTNode, wrapping: bool = False) -> bool:
+    """An optimizer step in the iteration, or an optimizer built in the file: a training step,
+    not a saliency map, an adversarial attack that only needs input gradients, or a timing
+    helper.  With `wrapping`, a `DistributedOptimizer` counts too (its model may run in
+    another process: enough for a file-wide setting, not for rewriting the step)."""
+    if any(facts.is_optimizer_step(c) for c in facts.calls_within(step)):
+        return True
+    return any(
+        ((facts.qualname(c.func) or "").startswith("torch.optim.") and "optimizer" in facts.kinds(c))
+        or (wrapping and facts.qualname(c.func) in _WRAPPING_OPTIMIZERS)
+        for c in facts.calls()
+    )
+
+
+# Optimizers that take an optimizer class rather than being one (`DistributedOptimizer(optim.SGD, ...)`).
+_WRAPPING_OPTIMIZERS = {"torch.distributed.optim.DistributedOptimizer", "torch.distributed.optim.ZeroRedundancyOptimizer"}
 
 
 _FRAMEWORK_ROOTS = {
@@ -1224,14 +1244,7 @@ class NoMixedPrecision(Rule):
 
     @staticmethod
     def _updates_weights(facts: Facts, step: cst.CSTNode) -> bool:
-        """An optimizer step in the iteration, or an optimizer built in the file: a training
-        step, not a saliency map or an adversarial attack that only needs input gradients."""
-        if any(facts.is_optimizer_step(c) for c in facts.calls_within(step)):
-            return True
-        return any(
-            (facts.qualname(c.func) or "").startswith("torch.optim.") and "optimizer" in facts.kinds(c)
-            for c in facts.calls()
-        )
+        return updates_weights(facts, step)
 
     @staticmethod
     def _has_precision_setup(facts: Facts) -> bool:
