@@ -102,3 +102,15 @@ def test_pf403_message_names_the_scripts_device_test():
     assert "another device keeps fp32" in msg
     (plain,) = _messages(src.replace('"cuda" if torch.cuda.is_available() else "cpu"', '"cuda"'), "PF403").values()
     assert 'torch.autocast("cuda", dtype=torch.bfloat16)' in plain and "another device" not in plain
+
+
+def test_pf403_says_why_it_offers_no_rewrite():
+    from fixture_support import FIXTURES
+
+    reasons = {"bce": "unsafe to autocast", "rnn": "cuDNN LSTM/GRU/RNN layers run in float16",
+               "dataparallel": "`nn.DataParallel` runs its replicas in threads"}
+    for name, why in reasons.items():
+        src = (FIXTURES / "rules" / f"PF403_no_fix_{name}.py").read_text()
+        result = lint_bytes("t.py", src.encode(), LintOptions(codes=("PF403",), prefilter=False))
+        (d,) = result.diagnostics
+        assert why in d.message and d.fix is None, (name, d.message)
