@@ -232,10 +232,7 @@ def _brackets_a_timer(facts: Facts, call: cst.Call) -> bool:
     line = facts.statement_of(call)
     body = list(block.body)
     accumulates = any(
-        isinstance(st, cst.SimpleStatementLine) and any(
-            isinstance(small, cst.AugAssign) and any(facts.qualname(c.func) in _CLOCKS for c in iter_nodes(small.value)
-                                                     if isinstance(c, cst.Call))
-            for small in st.body)
+        isinstance(st, cst.SimpleStatementLine) and any(_records_elapsed(facts, small) for small in st.body)
         for st in body
     )
     if not accumulates:
@@ -244,6 +241,19 @@ def _brackets_a_timer(facts: Facts, call: cst.Call) -> bool:
         if st is not line and any(facts.qualname(c.func) in _CLOCKS for c in facts.calls_within(st)):
             return True
     return False
+
+
+def _records_elapsed(facts: Facts, small: cst.BaseSmallStatement) -> bool:
+    """`t_model += time.perf_counter() - t0`, `times.append(time.time() - t0)`,
+    `meter.update(time.time() - end)`: a clock reading kept on every iteration."""
+    if isinstance(small, cst.AugAssign):
+        value: cst.CSTNode = small.value
+    elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Attribute) \
+            and small.value.func.attr.value in ("append", "update", "add"):
+        value = small.value
+    else:
+        return False
+    return any(isinstance(c, cst.Call) and facts.qualname(c.func) in _CLOCKS for c in iter_nodes(value))
 
 
 def _host_value(facts: Facts, expr: cst.BaseExpression) -> bool:
@@ -403,7 +413,8 @@ class HostSyncInLoop(Rule):
     batches not yet moved to a device, tensors created without a device) are ignored, as
     are files where nothing can be on an accelerator (see PF201), `torch.cuda.synchronize()`
     next to a clock read in a loop that adds up elapsed time every iteration
-    (`t_model += time.perf_counter() - t0`: measuring is its purpose), actions read back
+    (`t_model += time.perf_counter() - t0`, `times.append(time.time() - t0)`: measuring is
+    its purpose), actions read back
     to be sent to an environment's `step()` (reinforcement learning), a branch that caps a
     counter it increments (`if shown < 3: shown += 1; print(out.tolist())`), and a test
     behind a flag that its branch sets (`if full or torch.all(q == 0): full = True`): both
