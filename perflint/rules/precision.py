@@ -404,9 +404,17 @@ def updates_weights(facts: Facts, step: cst.CSTNode, wrapping: bool = False) -> 
     another process: enough for a file-wide setting, not for rewriting the step)."""
     if any(facts.is_optimizer_step(c) for c in facts.calls_within(step)):
         return True
+    if wrapping:
+        # For a file-wide setting: the loop calls some `.step()` (a remote optimizer's,
+        # `opt_rref.rpc_sync().step()`), the file steps an optimizer somewhere (a helper it
+        # calls), or drives a DistributedOptimizer; an optimizer it only builds and returns
+        # (a utility module's factory) does not make it a file that trains.
+        if any(call_name(c) == "step" for c in facts.calls_within(step)):
+            return True
+        return any(facts.is_optimizer_step(c) or facts.qualname(c.func) in _WRAPPING_OPTIMIZERS
+                   for c in facts.calls())
     return any(
-        ((facts.qualname(c.func) or "").startswith("torch.optim.") and "optimizer" in facts.kinds(c))
-        or (wrapping and facts.qualname(c.func) in _WRAPPING_OPTIMIZERS)
+        (facts.qualname(c.func) or "").startswith("torch.optim.") and "optimizer" in facts.kinds(c)
         for c in facts.calls()
     )
 
