@@ -85,9 +85,9 @@ def test_symlinked_folder_cycle_terminates(root):
 
 
 def test_a_link_is_checked_by_its_own_name_like_a_file(root):
-    # yolov5's CLAUDE.md -> AGENTS.md: a linked Markdown file is not Python.
-    write(root, {"AGENTS.md": "notes \u2014 hi\n", "a.py": "x = 1\n", "real.py": "", "blob.bin": "\x00"})
-    os.symlink(root / "AGENTS.md", root / "CLAUDE.md")
+    # yolov5 links one Markdown file to another name: a linked Markdown file is not Python.
+    write(root, {"NOTES.md": "notes \u2014 hi\n", "a.py": "x = 1\n", "real.py": "", "blob.bin": "\x00"})
+    os.symlink(root / "NOTES.md", root / "GUIDE.md")
     os.symlink(root / "blob.bin", root / "blob.link")
     os.symlink(root / "real.py", root / "alias.py")
     assert found() == ["a.py", "alias.py"]  # the link to real.py stands for it (one file)
