@@ -520,22 +520,20 @@ class ProjectView:
 
     def option_default(self, name: str):
         """(True, value) for a known project-wide default, else (False, None)."""
-        def compute():
-            try:
-                return [True, self.index.option_default(self.path, name)]  # type: ignore[union-attr]
-            except KeyError:
-                return [False, None]
-        got = self._ask(("default", name), compute)
-        return tuple(got) if got else (False, None)
+        return self._found(("default", name), lambda: self.index.option_default(self.path, name))  # type: ignore[union-attr]
 
     def constant(self, ref: str):
         """(True, value) for a literal constant imported from a project module."""
+        return self._found(("const", ref), lambda: self.index.constant(self.path, ref))  # type: ignore[union-attr]
+
+    def _found(self, key: tuple, lookup):
+        """(True, value) when `lookup()` finds a value, (False, None) when it raises KeyError."""
         def compute():
             try:
-                return [True, self.index.constant(self.path, ref)]  # type: ignore[union-attr]
+                return [True, lookup()]
             except KeyError:
                 return [False, None]
-        got = self._ask(("const", ref), compute)
+        got = self._ask(key, compute)
         return tuple(got) if got else (False, None)
 
     def relevant(self) -> bool:

@@ -33,7 +33,8 @@ def _fast_node_classes() -> None:
     * the node classes are ABCs, so every `isinstance(node, cst.Call)` that is false runs
       `ABCMeta.__instancecheck__`: the classes take a metaclass without that hook.
 
-    Measured on timm (315 files): about 10% of the analysis time."""
+    Timed stage by stage in one process over timm's 279 summarised files: the facts walk
+    1.05 → 0.85 CPU s, the rules 1.30 → 1.12 s, the summaries 1.06 → 0.92 s."""
     python_level = cst.CSTNode.__dict__.get("__hash__")
     todo, seen = [cst.CSTNode], set()
     while todo:
