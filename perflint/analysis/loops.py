@@ -142,7 +142,7 @@ class LoopsMixin:
         cur = node
         for parent in self.ancestors(node):
             if parent is container:
-                return True
+                return self.behind_throttle_guard(node, container) is None
             if isinstance(parent, cst.If) and cur is parent.body:
                 if self.is_throttled_test(parent.test) or _leaves(parent.body):
                     return False
@@ -263,12 +263,17 @@ class LoopsMixin:
         name = (dotted(test) or "").rsplit(".", 1)[-1]
         return _DIAGNOSTIC_OPTIONS.search(name) is not None
 
-    def is_throttled_test(self, test: cst.BaseExpression) -> bool:
+    def is_throttled_test(self, test: cst.BaseExpression, depth: int = 0) -> bool:
         if self._is_diagnostic_option(test):
             return True
         if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
             if self._is_diagnostic_option(test.left) or self._is_diagnostic_option(test.right):
                 return True
+        if isinstance(test, cst.BooleanOperation):
+            # `if log_now or last:` — a flag among the operands
+            for side in (test.left, test.right):
+                if isinstance(side, (cst.Name, cst.UnaryOperation)) and self.is_throttled_test(side, depth):
+                    return True
         for n in _iter_expr(test):
             if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo):
                 return True
@@ -290,8 +295,132 @@ class LoopsMixin:
                                     return True
             if isinstance(n, cst.Name) and _THROTTLE_NAMES.search(n.value.lower()):
                 return True
+            if isinstance(n, cst.Name) and n is test or (isinstance(n, cst.Name) and _negated(test, n)):
+                if self._throttle_flag(n, depth):
+                    return True
             if isinstance(n, cst.Attribute) and _THROTTLE_NAMES.search(n.attr.value.lower()):
                 return True
+        return False
+
+    def _throttle_flag(self, name: cst.Name, depth: int) -> bool:
+        """A name that holds a throttle test: `log_now = (it % k == 0) or it == last` before
+        `if log_now:`, or a parameter that every call in this file passes such a value
+        (`report(loss, should_print)` with `should_print = step % 100 == 0`)."""
+        if depth > 2:
+            return False
+        bindings = self.lookup(name.value, name)
+        if not bindings:
+            return False
+        for b in bindings:
+            if b.how == "expr" and isinstance(b.node, cst.BaseExpression):
+                if not (self._periodic(b.node, depth + 1) or self.is_throttled_test(b.node, depth + 1)):
+                    return False
+            elif b.how == "param" and isinstance(b.site, cst.FunctionDef):
+                args = self._passed_for(b.site, b.node)
+                if not args or not all(self._periodic(a, depth + 1) for a in args):
+                    return False
+            else:
+                return False
+        return True
+
+    def _passed_for(self, fn: cst.FunctionDef, param: cst.CSTNode) -> list[cst.BaseExpression]:
+        """What the calls of `fn` in this file pass for `param` (empty when any call is
+        unclear: a splat, a missing argument, a method whose receiver is not resolved)."""
+        if not isinstance(param, cst.Param):
+            return []
+        positional = [*fn.params.posonly_params, *fn.params.params]
+        index = next((i for i, p in enumerate(positional) if p is param), None)
+        if index is not None and positional and positional[0].name.value in ("self", "cls"):
+            index -= 1
+        out: list[cst.BaseExpression] = []
+        for call in self.index[cst.Call]:
+            target = call.func.value if isinstance(call.func, cst.Name) else (
+                call.func.attr.value if isinstance(call.func, cst.Attribute) else None)
+            if target != fn.name.value:
+                continue
+            if any(a.star for a in call.args):
+                return []
+            kw = [a.value for a in call.args if a.keyword is not None and a.keyword.value == param.name.value]
+            pos = [a.value for a in call.args if a.keyword is None]
+            if kw:
+                out.append(kw[0])
+            elif index is not None and 0 <= index < len(pos):
+                out.append(pos[index])
+            else:
+                return []
+        return out
+
+    def _periodic(self, test: cst.BaseExpression, depth: int = 0) -> bool:
+        """A test that is true on few iterations: `step % k == 0`, `divisible_by(step, k)`,
+        a flag named or bound like one (`should_log`, `log_now`), a diagnostic option
+        (`args.debug`), `not` of a test true on most iterations, `a or b` of such tests."""
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            return self._mostly(test.expression, depth)
+        if isinstance(test, cst.BooleanOperation):
+            if isinstance(test.operator, cst.Or):
+                return self._periodic(test.left, depth) and self._periodic(test.right, depth)
+            return self._periodic(test.left, depth) or self._periodic(test.right, depth)
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            comp = test.comparisons[0]
+            if isinstance(comp.operator, cst.Equal) and (_modulo(test.left) or _modulo(comp.comparator)):
+                return True
+            if isinstance(comp.operator, cst.Equal):
+                return self.is_throttled_test(test, depth)  # `it == last`, `i == 0`
+            return False
+        if isinstance(test, cst.Call):
+            return self._is_modulo_helper(test)
+        if isinstance(test, cst.Name):
+            return bool(_THROTTLE_NAMES.search(test.value.lower())) or self._throttle_flag(test, depth)
+        if isinstance(test, cst.Attribute):
+            return bool(_THROTTLE_NAMES.search(test.attr.value.lower())) or self._is_diagnostic_option(test)
+        return False
+
+    def _mostly(self, test: cst.BaseExpression, depth: int = 0) -> bool:
+        """A test that is true on most iterations: `step % k` (not a multiple), `step % k != 0`,
+        `not` of a test true on few iterations."""
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            return self._periodic(test.expression, depth)
+        if _modulo(test):
+            return True
+        if isinstance(test, cst.BooleanOperation):
+            if isinstance(test.operator, cst.Or):
+                return self._mostly(test.left, depth) or self._mostly(test.right, depth)
+            return self._mostly(test.left, depth) and self._mostly(test.right, depth)
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            comp = test.comparisons[0]
+            return isinstance(comp.operator, cst.NotEqual) and (_modulo(test.left) or _modulo(comp.comparator))
+        return False
+
+    def behind_throttle_guard(self, node: cst.CSTNode, container: cst.CSTNode) -> cst.If | None:
+        """An earlier `if <test>: return` / `continue` in a block between `node` and
+        `container` whose test holds on most iterations (`if step % every: return`,
+        `if not should_log: return`): what follows runs only on the few others. Returns
+        that guard."""
+        cur = node
+        for parent in self.ancestors(node):
+            if parent is container:
+                return None
+            if isinstance(parent, (cst.IndentedBlock, cst.Module)) and cur in parent.body:
+                body = list(parent.body)
+                for i, st in enumerate(body):
+                    if st is cur:
+                        break
+                    if isinstance(st, cst.If) and st.orelse is None and _skips(st.body) and self._mostly(st.test) \
+                            and not self._steps_after(body[i + 1:]):
+                        return st
+            if isinstance(parent, (cst.Lambda, cst.ClassDef)):
+                return None
+            cur = parent
+        return None
+
+    def _steps_after(self, stmts) -> bool:
+        """The statements run the optimizer step or backward themselves (`if step %
+        train_freq: continue` before the update, as in DQN): the guard paces the training
+        step, it does not throttle work around it."""
+        for st in stmts:
+            for c in self.calls_within(st):
+                if self.is_backward_call(c) or self.is_optimizer_step(c) or self.is_scaler_call_step(c):
+                    return True
         return False
 
     def _is_modulo_helper(self, call: cst.Call) -> bool:
@@ -328,6 +457,8 @@ class LoopsMixin:
                 if cur is parent.body:
                     kind = self._loops.get(parent)
                     if kind is not None:
+                        if self.behind_throttle_guard(node, parent) is not None:
+                            return None
                         return LoopInfo(parent, kind)
                 elif cur is getattr(parent, "orelse", None):
                     return None
@@ -338,6 +469,8 @@ class LoopsMixin:
                         # `if isinstance(v, torch.Tensor): v = v.item()` in a helper another
                         # file calls: whether it runs depends on what the callers pass.
                         return None
+                    if self.behind_throttle_guard(node, parent) is not None:
+                        return None  # `if step % every: return` earlier in the helper
                     return LoopInfo(parent, kind)
                 return None
             elif isinstance(parent, (cst.Lambda, cst.ClassDef)):
@@ -473,6 +606,25 @@ def _leaves(block: cst.BaseSuite) -> bool:
     if isinstance(block, cst.SimpleStatementSuite):
         return _ends_the_run(body[-1])
     return False
+
+
+def _modulo(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Modulo)
+
+
+def _negated(test: cst.BaseExpression, name: cst.Name) -> bool:
+    """`not name` is the whole test."""
+    return isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and test.expression is name
+
+
+def _skips(block: cst.BaseSuite) -> bool:
+    """The block ends in `return` or `continue`: the rest of the body is skipped."""
+    body = getattr(block, "body", ())
+    if not body:
+        return False
+    last = body[-1]
+    smalls = last.body if isinstance(last, cst.SimpleStatementLine) else (body if isinstance(block, cst.SimpleStatementSuite) else ())
+    return bool(smalls) and isinstance(smalls[-1], (cst.Return, cst.Continue))
 
 
 def _is_type_test(test: cst.BaseExpression) -> bool:
