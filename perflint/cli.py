@@ -221,9 +221,12 @@ def _stdin_source(paths, stdin_filename) -> bytes | None:
 
 def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
          no_respect_gitignore, force_exclude, jobs, no_cache, quiet, output_format, statistics=False,
-         exit_zero=False, fix=False, unsafe_fixes=None, diff=False, show_fixes=False, stdin_filename=None):
+         exit_zero=False, fix=False, unsafe_fixes=None, diff=False, show_fixes=False, stdin_filename=None,
+         show_why=False):
     """The body of `check` and `fix`: run, print, and exit with the right status."""
-    from perflint import runner
+    from perflint import ownership, runner
+
+    ownership.own()
 
     resolver = _resolver(select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
                          no_respect_gitignore, unsafe=unsafe_fixes)

@@ -88,29 +88,10 @@ def _cpython_syntax_error(text: str) -> str | None:
     return None
 
 
-def _no_validation(self) -> None:
-    return None
-
-
 def _parse_module(text: str):
-    """`libcst.parse_module`, without re-validating every node the parser builds.
+    from perflint.cstprivate import parse_module
 
-    Each libcst node checks its fields in `__post_init__` (2.4 million calls for 315 timm
-    files); a tree that comes out of the parser is valid by construction, and libcst's own
-    source notes the check could move out of parsing.  Skipping it while the parser runs
-    saves 15–20% of the parse.  Nodes that fixes build are still validated.
-    """
-    import libcst as cst
-    from libcst._nodes.base import CSTNode
-
-    original = CSTNode.__dict__.get("__post_init__")
-    if original is None:  # a libcst without the hook: parse as it is
-        return cst.parse_module(text)
-    CSTNode.__post_init__ = _no_validation  # type: ignore[method-assign]
-    try:
-        return cst.parse_module(text)
-    finally:
-        CSTNode.__post_init__ = original  # type: ignore[method-assign]
+    return parse_module(text)
 
 
 CANNOT_PARSE = "perflint cannot parse this file (Python can)"

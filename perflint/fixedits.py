@@ -24,7 +24,7 @@ import difflib
 import re
 
 import libcst as cst
-from libcst._nodes.internal import CodegenState
+from perflint.cstprivate import CodegenState
 
 from perflint.diagnostics import Edit, Location
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager, nullcontext
 from typing import Iterable, Iterator
 
 import libcst as cst
-from libcst._nodes.internal import CodegenState
+from perflint.cstprivate import CodegenState
 
 _NULL = nullcontext()
 _NEWLINE = re.compile(r"\r\n?|\n")

@@ -417,27 +417,40 @@ def _source_spans(text: str) -> dict[int, tuple[int, int, list[tuple[int, int]] 
 # ----------------------------------------------------------------------------------------
 
 
+class NotReplaced(PermissionError):
+    """A file that perflint will not replace: read-only, or its owner or group could not be kept."""
+
+
 def atomic_write(path: str, data: bytes) -> None:
     """Write via a temporary file in the same folder and rename it over the original.
 
-    The file keeps its permission bits; a symbolic link keeps pointing at its target,
-    which is what gets replaced.
+    The original must be writable by whoever runs perflint, and have a write bit at all: a
+    file marked read-only (mode 0444) is not replaced, not even by root.  The new file
+    keeps the original's permission bits, owner and group; where the owner or group cannot
+    be kept (an unprivileged user fixing another user's group-writable file), the original
+    is left as it was and `NotReplaced` says why.  A symbolic link keeps pointing at its
+    target, which is what gets replaced.
     """
+    import errno
     import tempfile
 
     target = Path(os.path.realpath(path))
     try:
-        mode = target.stat().st_mode & 0o7777
-    except OSError:
-        mode = None
+        st = target.stat()
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if not st.st_mode & 0o222 or not os.access(target, os.W_OK):
+            raise NotReplaced(errno.EACCES, "permission denied (the file is read-only)")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".perflint-tmp", dir=str(target.parent))
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+        if st is not None:
+            _keep_owner(tmp, st)
+            os.chmod(tmp, st.st_mode & 0o7777)
         os.replace(tmp, target)
     except BaseException:
         try:
@@ -445,3 +458,20 @@ def atomic_write(path: str, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def _keep_owner(tmp: str, st: os.stat_result) -> None:
+    """Give the temporary file the original's owner and group, or raise `NotReplaced`."""
+    import errno
+
+    if not hasattr(os, "chown"):  # no owners to keep (Windows)
+        return
+    mine = os.stat(tmp)
+    if (mine.st_uid, mine.st_gid) == (st.st_uid, st.st_gid):
+        return
+    try:
+        os.chown(tmp, st.st_uid, st.st_gid)
+    except OSError:
+        what = "owner" if mine.st_uid != st.st_uid else "group"
+        raise NotReplaced(errno.EPERM, f"permission denied: the file's {what} could not be kept "
+                                       f"(uid {st.st_uid}, gid {st.st_gid}); the file is left as it was") from None

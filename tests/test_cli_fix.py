@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import os
 import stat
+from pathlib import Path
 
 import libcst as cst
 import pytest
@@ -214,6 +215,114 @@ def test_a_failed_write_leaves_the_original_and_no_temporary_file(proj, monkeypa
     assert (proj / "a.py").read_text() == AMP
     assert "No space left on device" in r.stderr
     assert sorted(p.name for p in proj.iterdir()) == ["a.py", "pyproject.toml"]
+
+
+def test_a_read_only_file_is_not_replaced(proj):
+    write(proj, {"a.py": AMP, "b.py": AMP})
+    os.chmod(proj / "a.py", 0o444)
+    before = os.stat(proj / "a.py")
+    r = run("fix", "--select", "PF402", "--no-cache")
+    assert r.exit_code == 2
+    errors = [line for line in r.stderr.splitlines() if "a.py" in line]
+    assert len(errors) == 1 and "permission denied" in errors[0], r.stderr
+    assert (proj / "a.py").read_text() == AMP
+    after = os.stat(proj / "a.py")
+    assert (after.st_ino, stat.S_IMODE(after.st_mode)) == (before.st_ino, 0o444)
+    assert (proj / "b.py").read_text() == AMP_FIXED  # the other file is still fixed
+    assert "Fixed 1 finding" in r.output
+    assert sorted(p.name for p in proj.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_file_whose_owner_cannot_be_kept_is_not_replaced(proj, monkeypatch):
+    write(proj, {"a.py": AMP})
+    real_stat = os.stat
+
+    class Other:
+        """The file as another user's: same bits, uid/gid that the temporary file lacks."""
+
+        def __init__(self, st):
+            self._st = st
+
+        def __getattr__(self, name):
+            if name in ("st_uid", "st_gid"):
+                return getattr(self._st, name) + 4242
+            return getattr(self._st, name)
+
+    target = str(proj / "a.py")
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: Other(real_stat(p, *a, **k))
+                        if os.fspath(p) == target else real_stat(p, *a, **k))
+    monkeypatch.setattr(os, "chown", lambda *a, **k: (_ for _ in ()).throw(PermissionError(1, "Operation not permitted")))
+    r = run("fix", "--select", "PF402", "--no-cache")
+    assert r.exit_code == 2
+    assert "owner could not be kept" in r.stderr and "left as it was" in r.stderr
+    assert (proj / "a.py").read_text() == AMP
+    assert sorted(p.name for p in proj.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to own files as another user")
+def test_a_fixed_file_keeps_its_owner_and_group(proj):
+    write(proj, {"a.py": AMP})
+    os.chown(proj / "a.py", 4321, 4322)
+    assert run("fix", "--select", "PF402", "--no-cache").exit_code == 0
+    st = os.stat(proj / "a.py")
+    assert (proj / "a.py").read_text() == AMP_FIXED
+    assert (st.st_uid, st.st_gid) == (4321, 4322)
+
+
+def _as_nobody(args, cwd):
+    """Run `perflint ARGS` as the unprivileged user 65534, or None where this cannot be arranged."""
+    import subprocess
+    import sys
+
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+
+    def drop():
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+
+    env = {**os.environ, "PERFLINT_CACHE_DIR": "", "HOME": str(cwd)}
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import perflint.cli"], preexec_fn=drop, cwd=cwd, env=env,
+                               capture_output=True)
+    except OSError:
+        return None
+    if probe.returncode != 0:  # this checkout is not readable by that user
+        return None
+    return subprocess.run([sys.executable, "-m", "perflint", *args], preexec_fn=drop, cwd=cwd, env=env,
+                          capture_output=True, text=True)
+
+
+@pytest.fixture
+def shared_folder():
+    """A world-writable folder outside pytest's tmp_path (which only root may enter)."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="perflint-shared-"))
+    os.chmod(folder, 0o777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_an_unprivileged_user_cannot_replace_another_users_file(shared_folder):
+    shared = shared_folder
+    write(shared, {"ro.py": AMP, "rw.py": AMP})
+    os.chmod(shared / "ro.py", 0o444)
+    os.chmod(shared / "rw.py", 0o666)  # writable by the user, but owned by root
+    r = _as_nobody(["fix", "--select", "PF402", "--no-cache", "ro.py", "rw.py"], shared)
+    if r is None:
+        pytest.skip("needs root, and a checkout the unprivileged user can read")
+    assert r.returncode == 2, r.stdout + r.stderr
+    err = r.stderr.splitlines()
+    assert any("ro.py" in line and "permission denied" in line for line in err), r.stderr
+    assert any("rw.py" in line and "owner could not be kept" in line for line in err), r.stderr
+    for name in ("ro.py", "rw.py"):
+        assert (shared / name).read_text() == AMP
+        assert os.stat(shared / name).st_uid == 0
+    assert "Fixed" not in r.stdout + r.stderr
+    assert sorted(p.name for p in shared.iterdir()) == ["ro.py", "rw.py"]
 
 
 def test_a_symlinked_file_stays_a_symlink(proj):

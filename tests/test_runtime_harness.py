@@ -450,3 +450,37 @@ def test_probes_do_not_break_a_fullgraph_compiled_step(tmp_path):
     result = run_script(script, [], steps=3, warmup=2, timeout=300)
     assert result.status == OK, result.describe_failure()
     assert len(result.phase_times_s["compute"]) == 3
+
+
+# A loader with worker processes fills workers × prefetch_factor batches while the first
+# steps run; the warm-up must last until that queue has been drained.
+WORKERS = """
+    import sys
+    import torch
+
+    def main():
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        data = torch.utils.data.TensorDataset(torch.randn(400, 4), torch.randn(400, 1))
+        loader = torch.utils.data.DataLoader(data, batch_size=4, num_workers=int(sys.argv[1]), prefetch_factor=3
+                                             if int(sys.argv[1]) else None)
+        for x, y in loader:
+            loss = (model(x) - y).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_warmup_covers_the_loaders_prefetch_queue(tmp_path):
+    script = write(tmp_path, "workers.py", WORKERS)
+    r = run_script(script, ["2"], steps=3, warmup=2, timeout=120)
+    assert r.ok, r.describe_failure()
+    assert r.prefetch_depth == 6 and r.warmup_requested == 2
+    # six batches were made in advance: the measured steps start after the seventh.
+    assert r.warmup == 7 and len(r.step_times_s) == 3 and r.steps_done == 10
+    plain = run_script(script, ["0"], steps=3, warmup=2, timeout=120)
+    assert plain.ok and plain.prefetch_depth == 0 and plain.warmup == 2 and plain.steps_done == 5

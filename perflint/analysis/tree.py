@@ -4,7 +4,6 @@ navigation every analysis uses (ancestors, scopes, statements, blocks)."""
 from __future__ import annotations
 
 import dataclasses
-from abc import ABCMeta
 from bisect import bisect_left, bisect_right
 from functools import cached_property
 from typing import Iterator
@@ -15,44 +14,6 @@ from perflint.names import dotted
 
 Scope = cst.CSTNode  # a Module, FunctionDef, Lambda or ClassDef
 
-
-class _NodeMeta(ABCMeta):
-    """libcst's node classes without `ABCMeta`'s Python-level `isinstance`/`issubclass`
-    hooks (libcst registers no virtual subclasses: the answers are the same)."""
-
-    __instancecheck__ = type.__instancecheck__
-    __subclasscheck__ = type.__subclasscheck__
-
-
-def _fast_node_classes() -> None:
-    """Two costs of libcst's node classes that the analyses pay millions of times per
-    project, removed without changing an answer:
-
-    * nodes hash by identity through a Python-level `__hash__` that each class carries
-      (every analysis keys dicts by node): each class takes `object`'s, in C;
-    * the node classes are ABCs, so every `isinstance(node, cst.Call)` that is false runs
-      `ABCMeta.__instancecheck__`: the classes take a metaclass without that hook.
-
-    Timed stage by stage in one process over timm's 279 summarised files: the facts walk
-    1.05 → 0.85 CPU s, the rules 1.30 → 1.12 s, the summaries 1.06 → 0.92 s."""
-    python_level = cst.CSTNode.__dict__.get("__hash__")
-    todo, seen = [cst.CSTNode], set()
-    while todo:
-        cls = todo.pop()
-        if cls in seen:
-            continue
-        seen.add(cls)
-        todo.extend(cls.__subclasses__())
-        if python_level is not None and cls.__dict__.get("__hash__") is python_level:
-            cls.__hash__ = object.__hash__  # type: ignore[method-assign]
-        if type(cls) is ABCMeta:
-            try:
-                cls.__class__ = _NodeMeta
-            except TypeError:  # an interpreter that refuses: the classes stay as they are
-                pass
-
-
-_fast_node_classes()
 
 # Fields that hold only whitespace, punctuation or comments: never needed by the facts.
 _SKIP_FIELDS = {

@@ -42,6 +42,7 @@ import runpy
 import sys
 import threading
 import time
+import weakref
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -79,6 +80,12 @@ class Result:
     phase_times_s: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PHASES})
     # per measured step, host syncs with the GPU; None when the run did not use CUDA
     host_syncs: list[int] | None = None
+    # The warm-up asked for, and the one used: longer when the loaders' prefetch queue
+    # (workers × prefetch_factor batches, filled while the first steps run) had not been
+    # drained by then, so that no measured step is served from batches made in advance.
+    warmup_requested: int = 0
+    prefetch_depth: int = 0  # the largest workers × prefetch_factor of the loaders iterated
+    batches_seen: int = 0  # batches taken from multi-process loaders during the warm-up
 
 
 _cuda_synchronize = torch.cuda.synchronize  # the harness's own, never counted as the script's
@@ -117,7 +124,11 @@ class StepRecorder:
     def __init__(self, warmup: int, steps: int, on_complete) -> None:
         if warmup < 1:
             raise ValueError("warmup must be at least 1: the first step's time includes start-up")
-        self.result = Result(warmup=warmup, steps_wanted=steps)
+        self.result = Result(warmup=warmup, steps_wanted=steps, warmup_requested=warmup)
+        self.prefetched = 0  # batches the current loaders may hold in advance
+        self.batches = 0  # batches taken from multi-process loaders so far
+        self.max_extra_warmup = 1000  # never wait longer than this for a queue to drain
+        self._seen_iterators: weakref.WeakSet = weakref.WeakSet()
         self.on_complete = on_complete
         self.primary: int | None = None  # id() of the optimizer whose steps are counted
         self.pending_losses: list[torch.Tensor] = []
@@ -165,7 +176,11 @@ class StepRecorder:
                     r.host_syncs = []
                 r.host_syncs.append(syncs)
         r.losses.append(self._take_loss())
+        if r.steps_done == r.warmup and self.prefetched and self.batches <= self.prefetched \
+                and r.warmup < r.warmup_requested + self.max_extra_warmup:
+            r.warmup += 1  # the prefetch queue is not drained yet: one more warm-up step
         if r.steps_done == r.warmup:
+            r.batches_seen = self.batches
             self._reset_peak_memory()
             if self.syncs is not None and torch.cuda.is_initialized():
                 self.syncs.start()
@@ -200,6 +215,22 @@ class StepRecorder:
         if isinstance(outputs, torch.Tensor) and outputs.numel() == 1 and scaled is not outputs:
             self.pending_losses.append(outputs.detach())
             self.scaled_loss = scaled
+
+    def note_loader_iterator(self, iterator) -> None:
+        """A multi-process loader iterator starts: it fills a queue of workers × prefetch_factor
+        batches at once."""
+        workers = getattr(iterator, "_num_workers", 0) or 0
+        if workers and self.result.steps_done < self.result.warmup:
+            depth = workers * (getattr(iterator, "_prefetch_factor", 2) or 2)
+            self.prefetched = max(self.prefetched, self.batches + depth)
+            self.result.prefetch_depth = max(self.result.prefetch_depth, depth)
+
+    def note_loader_next(self, iterator) -> None:
+        if getattr(iterator, "_num_workers", 0):
+            if iterator not in self._seen_iterators:
+                self._seen_iterators.add(iterator)
+                self.note_loader_iterator(iterator)
+            self.batches += 1
 
     def note_loader_batch(self, batch) -> None:
         if self.loader_batch is None:
@@ -288,6 +319,7 @@ def install(recorder: StepRecorder, split: bool = True) -> None:
     loader_next = _BaseDataLoaderIter.__next__
 
     def next_and_note(self):
+        recorder.note_loader_next(self)
         mark("data")
         recorder.in_loader = True
         try:
@@ -299,6 +331,7 @@ def install(recorder: StepRecorder, split: bool = True) -> None:
             recorder.note_loader_batch(batch)
         if not split:
             _BaseDataLoaderIter.__next__ = loader_next  # one batch is enough
+            recorder.prefetched = 0  # batches are no longer counted: no prefetch-based warm-up
         return batch
 
     functools.update_wrapper(next_and_note, loader_next)

@@ -50,6 +50,9 @@ class RunResult:
     # per measured step, seconds in each phase (`perflint_runtime.phases.PHASES`); empty if unknown
     phase_times_s: dict[str, list[float]] = field(default_factory=dict)
     host_syncs: list[int] | None = None  # per measured step, on CUDA only
+    warmup: int = 0  # warm-up steps used: more than asked when the loaders' prefetch queue needed it
+    warmup_requested: int = 0
+    prefetch_depth: int = 0  # workers × prefetch_factor of the loaders (0: no worker processes)
     stderr_tail: list[str] = field(default_factory=list)
 
     @property
@@ -133,6 +136,9 @@ def _measurements(data: dict | None) -> dict:
     out = {k: data[k] for k in keys}
     out["phase_times_s"] = data.get("phase_times_s") or {}
     out["host_syncs"] = data.get("host_syncs")
+    out["warmup"] = data.get("warmup", 0)
+    out["warmup_requested"] = data.get("warmup_requested", data.get("warmup", 0))
+    out["prefetch_depth"] = data.get("prefetch_depth", 0)
     return out
 
 

@@ -1,0 +1,129 @@
+"""perflint as a library: check or fix one source text.
+
+    from perflint.api import check_source, fix_source
+
+    for d in check_source(text, path="train.py"):
+        print(d.location.row, d.code, d.message)
+    fixed = fix_source(text, path="train.py", unsafe=True).text
+
+`path` names the file in messages, decides which configuration applies (the
+`pyproject.toml` above it, as for `perflint check`, unless `config=False`) and whether it is
+a test file; the file need not exist.  `select`, `extend_select` and `ignore` act as the
+command-line options of the same names; `target_torch` as `--target-torch` ("2.4" or (2, 4)).
+
+The functions are safe to call from several threads at once: they share no mutable state
+and leave libcst as it is (the process-wide libcst speed-ups of `perflint.cstprivate` are
+only turned on by perflint's own command line).  The project model is not used: a finding
+that needs another module of the project is reported as a single-file check reports it.
+A text that cannot be read or parsed, or a broken configuration, raises `PerflintError`
+with perflint's one-line message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
+
+from perflint.diagnostics import Diagnostic, ErrorKind, FileError
+
+__all__ = ["PerflintError", "FixResult", "check_source", "fix_source", "lint_options"]
+
+
+class PerflintError(ValueError):
+    """The text could not be read or parsed, or the configuration is broken."""
+
+    def __init__(self, error: FileError) -> None:
+        super().__init__(error.one_line())
+        self.error = error
+
+
+@dataclass(frozen=True)
+class FixResult:
+    text: str  # the fixed source (the input itself when nothing was fixed)
+    applied: dict[str, int] = field(default_factory=dict)  # fixes applied, by rule code
+    remaining: list[Diagnostic] = field(default_factory=list)  # what is reported after fixing
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.applied)
+
+
+def _codes(value: Sequence[str] | str | None) -> list[str] | None:
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else list(value)
+    return [c.strip().upper() for item in items for c in str(item).split(",") if c.strip()]
+
+
+def lint_options(path: str = "<stdin>.py", *, select=None, extend_select=None, ignore=None, target_torch=None,
+                 config: bool = True, with_edits: bool = True):
+    """The `LintOptions` and `Settings` that `perflint check PATH` would use, with these overrides.
+
+    Raises `PerflintError` for an unknown rule selector or a broken configuration."""
+    from perflint.config import ConfigError, Resolver, Settings, parse_version
+    from perflint.runner import options_for
+    from perflint.selection import validate_selector
+
+    overrides: dict = {}
+    for key, value in (("select", select), ("extend_select", extend_select), ("ignore", ignore)):
+        codes = _codes(value)
+        for sel in codes or ():
+            why = validate_selector(sel)
+            if why is not None:
+                raise PerflintError(FileError(path, ErrorKind.CONFIG, f"{key}: {why}"))
+        overrides[key] = codes
+    try:
+        if target_torch is not None:
+            overrides["target_torch"] = (tuple(target_torch) if isinstance(target_torch, (tuple, list))
+                                         else parse_version(target_torch, "target_torch"))
+        resolver = Resolver(overrides=overrides)
+        settings = resolver.for_path(Path(path)) if config else resolver._apply_overrides(Settings())
+    except ConfigError as exc:
+        where = exc.path or path
+        raise PerflintError(FileError(where, ErrorKind.CONFIG, str(exc).removeprefix(f"{where}: "))) from None
+    return options_for(Path(path), settings, with_edits=with_edits), settings
+
+
+def _raw(text: str | bytes) -> bytes:
+    return text if isinstance(text, bytes) else text.encode("utf-8")
+
+
+def _raise_first(errors: list[FileError]) -> None:
+    if errors:
+        raise PerflintError(errors[0])
+
+
+def check_source(text: str | bytes, path: str = "<stdin>.py", *, select=None, extend_select=None, ignore=None,
+                 target_torch=None, config: bool = True) -> list[Diagnostic]:
+    """The findings `perflint check` reports on `text` (bytes are decoded as a file would be)."""
+    from perflint.engine import lint_bytes
+
+    options, _ = lint_options(path, select=select, extend_select=extend_select, ignore=ignore,
+                              target_torch=target_torch, config=config)
+    result = lint_bytes(path, _raw(text), replace(options, prefilter=True))
+    _raise_first(result.errors)
+    return list(result.diagnostics)
+
+
+def fix_source(text: str | bytes, path: str = "<stdin>.py", *, unsafe: bool | None = None, select=None,
+               extend_select=None, ignore=None, target_torch=None, config: bool = True) -> FixResult:
+    """`text` with the fixes `perflint fix` would apply (`unsafe=None`: as the configuration says).
+
+    The fixed text is always one that parses; the configuration's `fixable`/`unfixable` hold."""
+    from perflint.engine import fix_bytes
+    from perflint.selection import fixable_codes
+    from perflint.source import read_source
+
+    options, settings = lint_options(path, select=select, extend_select=extend_select, ignore=ignore,
+                                     target_torch=target_torch, config=config, with_edits=False)
+    use_unsafe = settings.unsafe_fixes if unsafe is None else unsafe
+    result = fix_bytes(path, _raw(text), options, use_unsafe, fixable=fixable_codes(settings))
+    _raise_first(result.errors)
+    raw = _raw(text) if result.fixed_bytes is None else result.fixed_bytes
+    if path.endswith(".ipynb"):  # the notebook's JSON, as it would be written
+        out = raw.decode("utf-8")
+    else:
+        out = read_source(path, raw).text
+    return FixResult(out, dict(result.fixes_applied) if result.fixed_bytes is not None else {},
+                     list(result.diagnostics))
