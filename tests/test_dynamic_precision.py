@@ -60,13 +60,14 @@ import torch
 
 device = torch.device("cuda")
 arr = np.arange(12, dtype=np.float32).reshape(3, 4)
-a = torch.zeros(4, 4).to(device)
-b = torch.ones(3).cuda()
-c = torch.full((2, 2), 0.1).to("cuda:0")
-d = torch.eye(3).to(device, torch.float16)
-e = torch.empty(0).to(device=device, non_blocking=True)
-f = torch.arange(10).cuda(0)
-g = torch.from_numpy(arr).to(device)  # host data: left alone
+for step in range(2):  # built on every iteration (PF409 leaves one-off buffers alone)
+    a = torch.zeros(4, 4).to(device)
+    b = torch.ones(3).cuda()
+    c = torch.full((2, 2), 0.1).to("cuda:0")
+    d = torch.eye(3).to(device, torch.float16)
+    e = torch.empty(0).to(device=device, non_blocking=True)
+    f = torch.arange(10).cuda(0)
+    g = torch.from_numpy(arr).to(device)  # host data: left alone
 """
 
 
@@ -84,7 +85,8 @@ def test_pf409_random_constructors_are_unsafe_only():
     src = """
     import torch
     torch.manual_seed(0)
-    noise = torch.randn(5).to("cuda")
+    for step in range(1):
+        noise = torch.randn(5).to("cuda")
     """
     assert _fix(src, "PF409", unsafe=False) == textwrap.dedent(src)
     fixed = _fix(src, "PF409", unsafe=True)
@@ -107,15 +109,15 @@ def test_pf409_guard_float_ranges_depend_on_the_device():
     idx = np.arange(len(t), dtype=np.float32)
     float_acc = np.float32(0) + np.float32(0.1) * idx
     assert not np.array_equal(t.numpy(), float_acc)
-    assert "device=" in _fix("import torch\nr = torch.arange(0, 1, 0.1).to('cuda')\n", "PF409", unsafe=True)
-    assert ".to(" in _fix("import torch\nr = torch.arange(0, 1, 0.1).to('cuda')\n", "PF409", unsafe=False)
+    assert "device=" in _fix("import torch\nfor i in range(2):\n    r = torch.arange(0, 1, 0.1).to('cuda')\n", "PF409", unsafe=True)
+    assert ".to(" in _fix("import torch\nfor i in range(2):\n    r = torch.arange(0, 1, 0.1).to('cuda')\n", "PF409", unsafe=False)
 
 
 def test_pf409_guard_requires_grad_turns_a_non_leaf_into_a_leaf():
     moved = torch.zeros(3, requires_grad=True).to(torch.float64)
     created = torch.zeros(3, requires_grad=True, dtype=torch.float64)
     assert not moved.is_leaf and created.is_leaf
-    src = "import torch\nw = torch.zeros(3, requires_grad=True).to('cuda')\n"
+    src = "import torch\nfor i in range(2):\n    w = torch.zeros(3, requires_grad=True).to('cuda')\n"
     assert _fix(src, "PF409", unsafe=True) == src
 
 

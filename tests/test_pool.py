@@ -80,7 +80,7 @@ def test_the_second_pass_over_a_file_goes_to_the_worker_that_parsed_it(counted, 
     files = []
     for i in range(10):
         p = tmp_path / f"m{i}.py"
-        p.write_text(f"import torch\nx{i} = torch.zeros(3).cuda()\n" + "y = 1\n" * i)
+        p.write_text(f"import torch\nfor step in range(2):\n    x{i} = torch.zeros(3).cuda()\n" + "y = 1\n" * i)
         files.append(p)
     options = LintOptions(codes=("PF409",))
 

@@ -1936,6 +1936,52 @@ def _int_literals_only(call: cst.Call) -> bool:
     )
 
 
+# Functions that run once per model or per run: what they build is not rebuilt per step.
+_ONCE_FUNCTIONS = {"__init__", "__post_init__", "setup", "reset_parameters", "_reset_parameters", "init_weights",
+                   "_init_weights", "build_model", "configure_optimizers", "on_fit_start", "on_train_start"}
+_REPEATED_METHODS = {"forward", "__call__", "training_step", "validation_step", "test_step", "predict_step"}
+
+
+def runs_repeatedly(facts: Facts, node: cst.CSTNode, depth: int = 0) -> bool:
+    """Whether `node` runs many times in a run: on every iteration of a training/eval loop or
+    per-step function, in an unthrottled loop inside a function, in a model's `forward`, or in
+    a function that this file calls from such code.  Module-level setup, `__init__`, code
+    before the loop and helpers called once (or from nowhere in view) run once."""
+    if facts.iteration_context(node) is not None:
+        return True
+    fn = facts.enclosing_function(node)
+    if depth > 4 or (fn is not None and fn.name.value in _ONCE_FUNCTIONS):
+        return False
+    cur = node
+    for anc in facts.ancestors(node):
+        if anc is fn or isinstance(anc, (cst.ClassDef, cst.Lambda)):
+            break
+        if isinstance(anc, (cst.For, cst.While)) and cur is anc.body:
+            if facts.runs_each_time(node, anc, nested_functions=False):
+                return True
+        cur = anc
+    if fn is None:
+        return False
+    if fn.name.value in _REPEATED_METHODS or facts.step_function_kind(fn) is not None:
+        return True
+    cls = facts.enclosing_class(fn)
+    own_method = cls is not None and facts.parent(facts.parent(fn)) is cls
+    for c in facts.calls():
+        f = c.func
+        if isinstance(f, cst.Name) and f.value == fn.name.value and not own_method:
+            pass
+        elif (own_method and isinstance(f, cst.Attribute) and f.attr.value == fn.name.value
+              and isinstance(f.value, cst.Name) and f.value.value == "self"):
+            pass
+        else:
+            continue
+        if facts.is_inside(c, fn):
+            continue  # recursion
+        if runs_repeatedly(facts, c, depth + 1):
+            return True
+    return False
+
+
 @register
 class TensorCreatedThenMoved(Rule):
     """
@@ -1986,7 +2032,12 @@ class TensorCreatedThenMoved(Rule):
     `.to("cpu")`.
 
     ## Applies to
-    All torch versions; any device but the CPU.
+    All torch versions; any device but the CPU. Only code that runs many times: an
+    unthrottled loop body, a training or evaluation step, a model's `forward`, or a function
+    this file calls from one of those. A buffer built once — at module level, in `__init__`,
+    before the loop, in a helper called once, or under `if step % N == 0` — costs one copy
+    per run and is not reported (whole-repository review: most PF409 findings were such
+    one-off buffers).
 
     ## References
     - PyTorch performance tuning guide, "Create tensors directly on the target device"
@@ -2035,6 +2086,8 @@ class TensorCreatedThenMoved(Rule):
             if dest is None:
                 continue
             device, dtype, strength = dest
+            if not runs_repeatedly(facts, call):
+                continue  # built once (module level, `__init__`, before the loop): nothing to save
             yield Violation(
                 inner,
                 f"`torch.{ctor}(...)` is built on the CPU and then copied to the device; pass `device=` to create it there",
