@@ -502,7 +502,7 @@ def rules(output_format):
 @click.option("--unsafe-fixes", is_flag=True, help="Produce the fixed script with unsafe fixes too.")
 @click.option("--steps", type=click.IntRange(min=1), default=30, show_default=True, help="Measured optimizer steps per run.")
 @click.option("--warmup", type=click.IntRange(min=1), default=5, show_default=True, help="Optimizer steps discarded before measuring (at least 1: the first step's time includes start-up).")
-@click.option("--repeats", type=click.IntRange(min=1), default=2, show_default=True, help="Runs of each script at least, alternated A B A B ….")
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Runs of each script at least, alternated A B A B … (fewer than 3: the verdict is inconclusive).")
 @click.option("--max-time", type=click.FloatRange(min=0), default=300.0, show_default=True, help="Seconds of measuring after which no further pair of runs is started (0: just --repeats runs).")
 @click.option("--precision", type=click.FloatRange(min=0, max=1, min_open=True), default=0.05, show_default=True, help="Stop once the speedup's 95% interval is within ± this fraction of it.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds one run may take.")

@@ -18,7 +18,14 @@
    confidence interval, how far the two loss curves drift apart (window means against
    the loss scale; `stats.max_loss_divergence`), and what stopped the sampling.
 
-Exit status: 0 when the fixed script is not slower beyond noise and its losses agree;
+With fewer than 3 runs of each script the interval cannot hold run-to-run noise, and the
+verdict is "inconclusive" (never faster or slower).  The report names the fixes that went
+into the measured script; the warm-up is lengthened, and the report says so, until the
+loaders' prefetch queue (workers × prefetch_factor batches) has been drained; a slower
+fixed script gets the likely cause its step split shows.
+
+Exit status: 0 when the fixed script is not slower beyond noise (or the verdict is
+inconclusive) and its losses agree;
 1 when it is slower (the interval's upper bound is below 1) or its losses diverge beyond
 the tolerance; 2 when a run fails (crash, timeout, too few optimizer steps), the fixed
 script cannot be produced, or there is nothing to compare (no fix applies).
@@ -44,6 +51,10 @@ from perflint_runtime.sysinfo import host
 
 EXIT_OK, EXIT_WORSE, EXIT_ERROR = 0, 1, 2
 ORIGINAL, FIXED = "original", "fixed"
+# Fewer runs of a script than this say nothing about run-to-run noise (start-up, placement,
+# clocks, the loader's workers): one run of 5 steps gave "faster, 1.214× [1.089, 1.323]",
+# fifteen runs of the same pair 1.024× [0.936, 1.125].  Below it the verdict is inconclusive.
+MIN_RUNS = 3
 
 
 class VerifyError(Exception):
@@ -55,26 +66,33 @@ class VerifyError(Exception):
 # ----------------------------------------------------------------------------------------
 
 
-def perflint_fix(script: Path, unsafe: bool, target_torch: tuple[int, int] | None) -> str:
-    """SCRIPT's text after `perflint fix` (the project's rule selection and target torch)."""
-    from perflint.config import ConfigError, Resolver
-    from perflint.engine import fix_source
-    from perflint.runner import options_for
-    from perflint.selection import fixable_codes
+@dataclass
+class AppliedFix:
+    """One fix that went into the measured script."""
+
+    code: str
+    row: int
+    message: str
+
+
+def perflint_fix(script: Path, unsafe: bool, target_torch: tuple[int, int] | None,
+                 applied: list[AppliedFix] | None = None) -> str:
+    """SCRIPT's text after `perflint fix` (the project's rule selection and target torch);
+    the fixes it applied are appended to `applied`."""
+    from perflint.api import PerflintError, check_source, fix_source, lint_options
 
     try:
-        settings = Resolver().for_path(script)
-    except ConfigError as exc:
-        raise VerifyError(str(exc)) from None
-    codes = options_for(script, settings, with_edits=False).codes
-    fixable = fixable_codes(settings)
-    if fixable is not None:
-        codes = tuple(c for c in codes if c in fixable)
-    try:
         text = script.read_text(encoding="utf-8")
-        return fix_source(text, unsafe=unsafe or settings.unsafe_fixes, codes=codes,
-                          target_torch=target_torch or settings.effective_target(), path=str(script))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        _, settings = lint_options(str(script))
+        use_unsafe = True if unsafe else None
+        result = fix_source(text, path=str(script), unsafe=use_unsafe, target_torch=target_torch)
+        if applied is not None and result.changed:
+            allowed = {"safe", "unsafe"} if (unsafe or settings.unsafe_fixes) else {"safe"}
+            for d in check_source(text, path=str(script), target_torch=target_torch):
+                if d.fix is not None and d.fix.applicability.value in allowed and d.code in result.applied:
+                    applied.append(AppliedFix(d.code, d.location.row, d.fix.message))
+        return result.text
+    except (OSError, UnicodeDecodeError, PerflintError) as exc:
         raise VerifyError(f"cannot fix {script}: {exc}") from None
 
 
@@ -191,7 +209,7 @@ def measure_until_known(
         if repeat < settings.repeats:
             continue
         half = relative_half_width(runs[names[0]], runs[names[1]]) if len(names) > 1 else 0.0
-        if half <= settings.precision:
+        if half <= settings.precision and repeat >= MIN_RUNS:
             return runs, sampling(PRECISION, half)
         if clock() - started + stats.mean(pair_times) > settings.max_time:
             return runs, sampling(TIME_BUDGET, half)
@@ -221,8 +239,10 @@ class Comparison:
     speedup_ci95: tuple[float, float]
     max_loss_divergence: float | None
     loss_tolerance: float
-    verdict: str
+    verdict: str  # "faster", "no difference beyond noise", "slower beyond noise", "inconclusive: …", …
     exit_code: int
+    conclusive: bool = True  # False: fewer than MIN_RUNS runs of a script, no faster/slower verdict
+    likely_cause: str | None = None  # when slower: what the step split shows
 
 
 def summarise(runs: list[RunResult]) -> Summary:
@@ -249,7 +269,12 @@ def summarise(runs: list[RunResult]) -> Summary:
 
 
 def compare(baseline: list[RunResult], candidate: list[RunResult], loss_tolerance: float, seed: int = 0) -> Comparison:
-    """Speedup with its 95% interval, loss agreement, and the verdict with its exit status."""
+    """Speedup with its 95% interval, loss agreement, and the verdict with its exit status.
+
+    The interval resamples runs, then steps within each drawn run, so it holds run-to-run
+    noise only when there are runs to resample: with fewer than `MIN_RUNS` runs of either
+    script the verdict is "inconclusive", never faster or slower (exit 0 unless the losses
+    diverge)."""
     base_times = [r.step_times_s for r in baseline]
     cand_times = [r.step_times_s for r in candidate]
     speedup = stats.speedup(base_times, cand_times)
@@ -257,15 +282,49 @@ def compare(baseline: list[RunResult], candidate: list[RunResult], loss_toleranc
     divergences = [stats.max_loss_divergence(b.losses, c.losses) for b, c in zip(baseline, candidate)]
     known = [d for d in divergences if d is not None]
     divergence = max(known) if known else None
+    diverged = divergence is not None and divergence > loss_tolerance
+    diverge_text = f"losses diverge ({divergence:.1%} > {loss_tolerance:.1%})" if diverged else ""
+    runs = min(len(baseline), len(candidate))
+    if runs < MIN_RUNS:
+        verdict = (f"inconclusive: {runs} run{'s' if runs != 1 else ''} of each script say nothing about "
+                   f"run-to-run noise; at least {MIN_RUNS} are needed (--repeats {MIN_RUNS})")
+        if diverged:
+            verdict += f"; {diverge_text}"
+        return Comparison(speedup, (lo, hi), divergence, loss_tolerance, verdict,
+                          EXIT_WORSE if diverged else EXIT_OK, conclusive=False)
     problems = []
     if hi < 1.0:
         problems.append("slower beyond noise")
-    if divergence is not None and divergence > loss_tolerance:
-        problems.append(f"losses diverge ({divergence:.1%} > {loss_tolerance:.1%})")
+    if diverged:
+        problems.append(diverge_text)
     if problems:
         return Comparison(speedup, (lo, hi), divergence, loss_tolerance, "; ".join(problems), EXIT_WORSE)
     verdict = "faster" if lo > 1.0 else "no difference beyond noise"
     return Comparison(speedup, (lo, hi), divergence, loss_tolerance, verdict, EXIT_OK)
+
+
+def likely_cause(base: Summary, cand: Summary, cpu_count: int | None = None) -> str | None:
+    """When the fixed script is slower, what the step split says about why (None: no split,
+    or it is not slower)."""
+    if not base.phases_s or not cand.phases_s or cand.mean_step_s <= base.mean_step_s:
+        return None
+    deltas = {p: cand.phases_s[p] - base.phases_s[p] for p in PHASES}
+    grew = max(deltas, key=lambda p: deltas[p])
+    fell = min(deltas, key=lambda p: deltas[p])
+    if deltas[grew] <= 0:
+        return None
+    text = f"{PHASE_LABELS[grew]} grew by {format_ms(deltas[grew])} a step"
+    if deltas[fell] < 0:
+        text += f" while {PHASE_LABELS[fell]} fell by {format_ms(-deltas[fell])}"
+    if grew in ("compute", "optimizer", "other") and fell == "data":
+        cores = cpu_count or os.cpu_count() or 1
+        text += (f": the loader's worker processes compete with the training process for this machine's "
+                 f"{cores} CPU core{'s' if cores != 1 else ''} (fewer workers, or a GPU, would change that)")
+    elif grew == "h2d":
+        text += ": the copies to the device got slower (pinned-memory allocation, or copies that now wait)"
+    elif grew == "data":
+        text += ": the loader delivers batches more slowly (worker start-up, or more work per sample)"
+    return text
 
 
 # ----------------------------------------------------------------------------------------
@@ -316,31 +375,28 @@ class Findings:
     fixes: dict[str, set[str]] = field(default_factory=dict)  # code -> {"safe", "unsafe", "none"}
     unsafe_fixes: int = 0  # findings whose fix is unsafe (and fixable by the configuration)
     unsafe_codes: list[str] = field(default_factory=list)
+    reported: list[tuple[str, str]] = field(default_factory=list)  # (code, message) of every finding
 
 
 def lint_findings(path: Path, target_torch: tuple[int, int] | None, config_for: Path | None = None) -> Findings:
     """`perflint check` on `path`, with the configuration that governs `config_for` (default:
     `path`); an empty result when the file cannot be linted (the runs will say why)."""
-    from perflint.config import ConfigError, Resolver
-    from perflint.engine import lint_bytes
-    from perflint.runner import options_for
+    from perflint.api import PerflintError, check_source, lint_options
     from perflint.selection import fixable_codes
 
     try:
-        settings = Resolver().for_path(config_for or path)
-        options = options_for(path, settings, with_edits=False)
-        if target_torch:
-            options = dataclasses.replace(options, target_torch=target_torch)
-        result = lint_bytes(str(path), None, options)
-    except (ConfigError, OSError, ValueError):
+        _, settings = lint_options(str(config_for or path))
+        diagnostics = check_source(Path(path).read_bytes(), path=str(config_for or path), target_torch=target_torch)
+    except (PerflintError, OSError):
         return Findings()
     fixable = fixable_codes(settings)
     out = Findings()
-    for d in result.diagnostics:
+    for d in diagnostics:
         kind = "none" if d.fix is None else d.fix.applicability.value
         if kind != "none" and fixable is not None and d.code not in fixable:
             kind = "none"
         out.fixes.setdefault(d.code, set()).add(kind)
+        out.reported.append((d.code, d.message))
         if kind == "unsafe":
             out.unsafe_fixes += 1
             if d.code not in out.unsafe_codes:
@@ -448,9 +504,35 @@ def sampling_line(sampling: Sampling) -> str:
     return f"sampling: stopped by a failed run {done}"
 
 
+def fixes_lines(fixes: "MeasuredFixes | None") -> list[str]:
+    """What went into the measured script, one line a fix."""
+    if fixes is None:
+        return []
+    if not fixes.items:
+        return [f"fixes in the measured script: {fixes.how}: none known"]
+    out = [f"fixes in the measured script ({fixes.how}):"]
+    out += [f"  {f.code} line {f.row}: {f.message}" for f in fixes.items]
+    return out
+
+
+def warmup_line(runs: dict[str, list[RunResult]]) -> str | None:
+    """Say so when the harness had to lengthen the warm-up to drain a prefetch queue."""
+    longer = [r for rs in runs.values() for r in rs if r.warmup > r.warmup_requested > 0]
+    if not longer:
+        return None
+    depth = max(r.prefetch_depth for r in longer)
+    asked = longer[0].warmup_requested
+    used = max(r.warmup for r in longer)
+    every = sum(len(rs) for rs in runs.values())
+    return (f"warm-up: extended from {asked} to up to {used} steps on {len(longer)} of {every} runs, so that no "
+            f"measured step is served from the loaders' prefetch queue (workers × prefetch_factor = {depth} "
+            "batches made in advance)")
+
+
 def print_report(console, script: str, fixed_label: str, summaries: dict[str, Summary],
                  comparison: Comparison, runs: list[RunResult], sampling: Sampling | None = None,
-                 findings: dict[str, Findings] | None = None) -> None:
+                 findings: dict[str, Findings] | None = None, fixes: "MeasuredFixes | None" = None,
+                 all_runs: dict[str, list[RunResult]] | None = None) -> None:
     from rich.table import Table
 
     base, cand = summaries[ORIGINAL], summaries[FIXED]
@@ -491,8 +573,15 @@ def print_report(console, script: str, fixed_label: str, summaries: dict[str, Su
     console.print("max loss divergence " + ("n/a (no loss seen)" if div is None else
                                             f"{div:.2%} (tolerance {comparison.loss_tolerance:.1%})"))
     console.print(f"verdict: {comparison.verdict}")
+    if comparison.likely_cause:
+        console.print(f"likely cause: {comparison.likely_cause}")
     if sampling is not None:
         console.print(sampling_line(sampling))
+    line = warmup_line(all_runs) if all_runs else None
+    if line:
+        console.print(line)
+    for line in fixes_lines(fixes):
+        console.print(line)
     console.print(device_line(runs))
 
 
@@ -535,9 +624,30 @@ def environment(run: RunResult | None) -> dict:
     }
 
 
+@dataclass
+class MeasuredFixes:
+    """The fixes that went into the measured script, and how they are known."""
+
+    how: str  # "perflint fix", "perflint fix --unsafe-fixes", or what --fixed removed
+    items: list[AppliedFix] = field(default_factory=list)
+
+
+def removed_findings(original: Findings, fixed: Findings) -> list[AppliedFix]:
+    """Findings of the original that a script given with --fixed no longer has."""
+    left = list(fixed.reported)
+    out = []
+    for code, message in original.reported:
+        if (code, message) in left:
+            left.remove((code, message))
+        else:
+            out.append(AppliedFix(code, 0, message))
+    return out
+
+
 def report_json(command: str, script: str, fixed_label: str, settings: MeasureSettings,
                 runs: dict[str, list[RunResult]], summaries: dict[str, Summary] | None,
-                comparison: Comparison | None, error: str | None, sampling: Sampling | None = None) -> dict:
+                comparison: Comparison | None, error: str | None, sampling: Sampling | None = None,
+                fixes: MeasuredFixes | None = None) -> dict:
     every = [r for rs in runs.values() for r in rs]
     return {
         "command": command,
@@ -550,6 +660,8 @@ def report_json(command: str, script: str, fixed_label: str, settings: MeasureSe
         "summary": None if summaries is None else {name: asdict(s) for name, s in summaries.items()},
         "comparison": None if comparison is None else asdict(comparison),
         "sampling": None if sampling is None else asdict(sampling),
+        "fixes": None if fixes is None else asdict(fixes),
+        "warmup_note": warmup_line(runs) if runs else None,
         "error": error,
     }
 
@@ -582,8 +694,9 @@ def main(script: str, fixed: str | None, unsafe_fixes: bool, steps: int, warmup:
         err.print("[bold red]error[/]: --warmup must be at least 1 (the first step's time includes start-up)")
         return EXIT_ERROR
     script_path = Path(script)
+    applied: list[AppliedFix] = []
     try:
-        with _after_script(script_path, fixed, unsafe_fixes, target_torch) as after:
+        with _after_script(script_path, fixed, unsafe_fixes, target_torch, applied) as after:
             original_findings = lint_findings(script_path, target_torch)
             if after is None:
                 if not unsafe_fixes and original_findings.unsafe_fixes and \
@@ -595,6 +708,11 @@ def main(script: str, fixed: str | None, unsafe_fixes: bool, steps: int, warmup:
                     write_json(json_out, report_json(command, script, fixed_label, settings, {}, None, None, message))
                 return EXIT_ERROR
             findings = {ORIGINAL: original_findings, FIXED: lint_findings(after, target_torch, config_for=script_path)}
+            if fixed:
+                fixes = MeasuredFixes("findings of the original that the given script no longer has",
+                                      removed_findings(findings[ORIGINAL], findings[FIXED]))
+            else:
+                fixes = MeasuredFixes(fixed_label, applied)
             on_run = None if quiet else (lambda name, i, r: err.print(run_line(name, i, r)))
             runs, sampling = measure_until_known({ORIGINAL: script, FIXED: str(after)}, script_args, settings, on_run)
     except VerifyError as exc:
@@ -606,14 +724,17 @@ def main(script: str, fixed: str | None, unsafe_fixes: bool, steps: int, warmup:
         err.print(f"[bold red]error[/]: {message}")
         if json_out:
             write_json(json_out, report_json(command, script, fixed_label, settings, runs, None, None, message,
-                                             sampling))
+                                             sampling, fixes))
         return EXIT_ERROR
     summaries = {name: summarise(rs) for name, rs in runs.items()}
     comparison = compare(runs[ORIGINAL], runs[FIXED], loss_tolerance)
-    print_report(console, script, fixed_label, summaries, comparison, runs[ORIGINAL], sampling, findings)
+    comparison.likely_cause = likely_cause(summaries[ORIGINAL], summaries[FIXED]) \
+        if comparison.speedup < 1.0 else None
+    print_report(console, script, fixed_label, summaries, comparison, runs[ORIGINAL], sampling, findings, fixes,
+                 runs)
     if json_out:
         write_json(json_out, report_json(command, script, fixed_label, settings, runs, summaries, comparison, None,
-                                         sampling))
+                                         sampling, fixes))
     return comparison.exit_code
 
 
@@ -629,13 +750,13 @@ def nothing_to_compare(script: str, findings: Findings, unsafe_fixes: bool) -> s
 
 
 @contextlib.contextmanager
-def _after_script(script: Path, fixed: str | None, unsafe: bool,
-                  target_torch: tuple[int, int] | None) -> Iterator[Path | None]:
+def _after_script(script: Path, fixed: str | None, unsafe: bool, target_torch: tuple[int, int] | None,
+                  applied: list[AppliedFix] | None = None) -> Iterator[Path | None]:
     """The fixed script's path: `--fixed`, or perflint's fix in a temporary file (None if no fix applies)."""
     if fixed:
         yield Path(fixed)
         return
-    text = perflint_fix(script, unsafe, target_torch)
+    text = perflint_fix(script, unsafe, target_torch, applied)
     if text == script.read_text(encoding="utf-8"):
         yield None
         return
