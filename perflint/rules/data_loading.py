@@ -330,6 +330,7 @@ def in_memory_tensors(facts: Facts, expr: cst.BaseExpression | None, depth: int 
 
 
 _ITER_WRAPPERS = {"enumerate", "tqdm", "trange", "zip", "iter", "track"}
+_WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "multiprocessing_context", "worker_init_fn")
 _LOADER_ATTRS = {"dataset", "sampler", "batch_sampler", "batch_size", "num_workers"}
 
 
@@ -376,6 +377,8 @@ def _reads(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: int) 
         if isinstance(parent, cst.Attribute) and parent.value is use:
             if parent.attr.value in _LOADER_ATTRS:
                 continue
+            if parent.attr.value == "__len__" and isinstance(facts.parent(parent), cst.Call):
+                continue  # `loader.__len__()` counts batches; it reads none
             return 2
         node: cst.CSTNode = use
         arg = facts.parent(node)
@@ -404,6 +407,174 @@ def _reads(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: int) 
                 continue
         return 2
     return reads
+
+
+def _read_sites(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: int) -> list | None:
+    """Where `name` (a loader bound before order `after`) is read in `scope`: a list of
+    ("for", the For/CompFor), ("next", the `next(...)` call) or ("call", the call of a local
+    function that reads it, its sites inside); None when it may be read elsewhere too
+    (stored, returned, wrapped in an `iter()` kept for later, passed to unknown code)."""
+    sites: list = []
+    for use in facts.later_uses(name, scope, after):
+        parent = facts.parent(use)
+        if isinstance(parent, cst.Attribute) and parent.value is use:
+            if parent.attr.value in _LOADER_ATTRS:
+                continue
+            if parent.attr.value == "__len__" and isinstance(facts.parent(parent), cst.Call):
+                continue  # `loader.__len__()` counts batches; it reads none
+            return None
+        node: cst.CSTNode = use
+        arg = facts.parent(node)
+        outer = facts.parent(arg) if isinstance(arg, cst.Arg) else None
+        if isinstance(outer, cst.Call) and call_name(outer) == "len":
+            continue
+        while isinstance(outer, cst.Call) and (
+            (call_name(outer) or "") in _ITER_WRAPPERS
+            or (isinstance(facts.parent(outer), (cst.For, cst.CompFor)) and facts.parent(outer).iter is outer)
+        ):
+            node = outer
+            arg = facts.parent(node)
+            outer = facts.parent(arg) if isinstance(arg, cst.Arg) else None
+        parent = facts.parent(node)
+        if isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is node:
+            sites.append(("for", parent))
+            continue
+        if isinstance(outer, cst.Call) and call_name(outer) == "next" and node is not use \
+                and call_name(node) == "iter":
+            sites.append(("next", outer))  # `next(iter(loader))`: one batch
+            continue
+        if (depth < 2 and node is use and isinstance(arg, cst.Arg) and isinstance(outer, cst.Call)
+                and isinstance(outer.func, cst.Name)):
+            fns = facts.functions_by_name.get(outer.func.value) or []
+            param = _param_for(fns[0], outer, arg) if len(fns) == 1 else None
+            inner = _read_sites(facts, param, fns[0], facts.order.get(fns[0].body, 0), depth + 1) \
+                if param is not None else None
+            if inner is not None:
+                sites.append(("call", outer, fns[0], inner))
+                continue
+        return None
+    return sites
+
+
+def _throttled_in_loop(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> bool | None:
+    """None when `node` is in no loop of `scope`; True when it sits in a loop but not on every
+    iteration (`if step % N == 0:`); False when it runs on every iteration of a loop."""
+    cur = node
+    seen_loop = False
+    own = facts.parent(node) if isinstance(node, cst.CompFor) else None
+    for anc in facts.ancestors(node):
+        if anc is scope:
+            break
+        if isinstance(anc, cst.CompFor) or (isinstance(anc, _COMPREHENSIONS) and anc is not own):
+            if not (isinstance(anc, cst.CompFor) and anc.iter is cur):
+                return False  # inside another comprehension's loop
+        if isinstance(anc, (cst.For, cst.While)) and cur is anc.body:
+            seen_loop = True
+            if facts.runs_each_time(node, anc, nested_functions=False):
+                return False
+        if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+            return False  # a nested function: may run any number of times
+        cur = anc
+    return True if seen_loop else None
+
+
+def _cheap_site(facts: Facts, site: tuple, scope: cst.CSTNode) -> bool:
+    kind, node = site[0], site[1]
+    where = _throttled_in_loop(facts, node, scope)
+    if where is False:
+        return False
+    if where is True:
+        return True  # a sample batch every N steps
+    if kind == "next":
+        return True  # one batch, once
+    if kind == "call":
+        fn, inner = site[2], site[3]
+        return bool(inner) and all(_cheap_site(facts, s, fn) for s in inner)
+    # One pass, not repeated: cheap when the file trains elsewhere and this pass is not the
+    # training itself (a final test after training).  In a file that does not train, one pass
+    # over the data is the whole job (an evaluation script), and loading speed matters.
+    if isinstance(node, (cst.For, cst.While)) and facts.loop_kind(node) == "train":
+        return False
+    return not _trains_in(facts, node) and _file_trains(facts)
+
+
+def _file_trains(facts: Facts) -> bool:
+    return bool(facts.training_loops()) or any(
+        facts.step_function_kind(fn) == "train" for fn in facts.index[cst.FunctionDef])
+
+
+def _trains_in(facts: Facts, node: cst.CSTNode) -> bool:
+    """Whether the code under `node` runs a training step: backward, an optimizer step, or a
+    call of a function of this file that is a training step."""
+    for c in facts.calls_within(node):
+        if facts.is_backward_call(c) or facts.is_optimizer_step(c) or facts.is_scaler_call_step(c):
+            return True
+        f = c.func
+        name = f.value if isinstance(f, cst.Name) else (
+            f.attr.value if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self"
+            else None)
+        if name and any(facts.step_function_kind(fn) == "train" for fn in facts.functions_by_name.get(name, ())):
+            return True
+    return False
+
+
+def _runs_once(facts: Facts, scope: cst.CSTNode, depth: int = 0) -> bool:
+    """`scope` (the module, or the function that builds the loader) runs once per run: the
+    module, a `main` function, or a top-level function every call of which in this file sits
+    outside any loop, in code that itself runs once."""
+    if not isinstance(scope, cst.FunctionDef):
+        return True
+    if depth > 3 or facts.enclosing_class(scope) is not None or facts.step_function_kind(scope) is not None:
+        return False
+    name = scope.name.value
+    calls = [c for c in facts.calls() if isinstance(c.func, cst.Name) and c.func.value == name]
+    if not calls:
+        return name in ("main", "run", "_main")
+    for c in calls:
+        host = facts.enclosing_function(c) or facts.module
+        if _throttled_in_loop(facts, c, host) is not None or not _runs_once(facts, host, depth + 1):
+            return False
+    return True
+
+
+def read_cheaply(facts: Facts, call: cst.Call) -> bool:
+    """The loader feeds no training pass and no repeated evaluation: every read of it is one
+    batch (`next(iter(loader))`), one pass outside any loop that is not itself training (a
+    final test), or a read under a throttle inside a loop (a sample batch every N steps), and
+    the code that builds it runs once.  Workers, pinned memory and non-blocking copies then
+    have next to nothing to speed up."""
+    parent = facts.parent(call)
+    scope = facts.enclosing_function(call) or facts.module
+    if isinstance(parent, cst.Arg):
+        outer = facts.parent(parent)
+        # `next(iter(DataLoader(...)))`, `for x in DataLoader(...)`
+        node: cst.CSTNode = call
+        sites: list | None = None
+        if isinstance(outer, cst.Call) and call_name(outer) in ("iter", "enumerate", "tqdm"):
+            node = outer
+            up = facts.parent(outer)
+            nxt = facts.parent(up) if isinstance(up, cst.Arg) else None
+            if isinstance(nxt, cst.Call) and call_name(nxt) == "next" and call_name(outer) == "iter":
+                sites = [("next", nxt)]
+        if sites is None:
+            p = facts.parent(node)
+            if isinstance(p, (cst.For, cst.CompFor)) and p.iter is node:
+                sites = [("for", p)]
+        if sites is None:
+            return False
+    elif isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is call:
+        sites = [("for", parent)]
+    else:
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1
+                and isinstance(parent.targets[0].target, cst.Name)):
+            return False
+        target = parent.targets[0].target
+        sites = _read_sites(facts, target.value, scope, facts.order.get(target, 0), 0)
+    if not sites or not _runs_once(facts, scope):
+        return False
+    if _throttled_in_loop(facts, call, scope) is False:
+        return False  # the loader itself is rebuilt on every iteration
+    return all(_cheap_site(facts, s, scope) for s in sites)
 
 
 def _param_for(fn: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> str | None:
@@ -485,7 +656,14 @@ class DataLoaderNoWorkers(Rule):
     `train_kwargs.update(cuda_kwargs)` shape); an unknown `**kw` is left alone. A
     `num_workers` that is an option (`args.workers`, `cfg.num_workers`) is reported when its
     default (argparse, a config dataclass or dict, in this file or a project module it
-    imports) is 0; a local name bound to 0 is the user's choice and left alone. So are loaders over
+    imports) is 0 — unless the call also passes a worker-only option (`persistent_workers`,
+    `prefetch_factor`, `multiprocessing_context`, `worker_init_fn`): the author runs with
+    workers, and what the default 0 breaks is PF104's finding. Not reported for a loader that
+    feeds no training pass and no repeated evaluation: one batch read once
+    (`next(iter(DataLoader(ds, batch_size=len(ds))))`), one pass after training in a file
+    that trains (a final test), or a sample batch read under `if step % N == 0:`; `len(loader)`
+    and `loader.__len__()` are not reads. A single pass in a file that does not train (an
+    evaluation script) is its whole job and is still reported. A local name bound to 0 is the user's choice and left alone. So are loaders over
     a `TensorDataset`: a sample is a tensor index, and workers only add inter-process copies (measured: an epoch of 100,000 × 64 floats at
     batch 512 took 0.47–0.75 s with no workers and 0.66–0.90 s with 2, five alternating
     runs; torch 2.13, 2-core CPU, `python benchmarks/tensor_dataset_workers.py --repeats 5`).
@@ -521,6 +699,12 @@ class DataLoaderNoWorkers(Rule):
                     continue
             if in_memory_tensors(facts, opts.get("dataset")):
                 continue
+            if why and any(k in opts for k in _WORKER_ONLY_OPTIONS):
+                # `num_workers=args.workers` with `persistent_workers=True`/`prefetch_factor`:
+                # the author runs with workers; what the default 0 breaks is PF104's finding.
+                continue
+            if read_cheaply(facts, call):
+                continue  # one batch, a final test, a sample every N steps: nothing to overlap
             arg = next((a for a in call.args if a.value is value), None) if value is not None else None
             what = why or ("`num_workers=0`" if value is not None else "no `num_workers`")
             yield Violation(
@@ -720,7 +904,9 @@ class DataLoaderNoPinMemory(Rule):
     All torch versions; CUDA code only (the file calls `.cuda()`, names a `"cuda"` device or
     uses `torch.cuda`). Not reported when the `collate_fn` or the dataset already moves data
     to the device, or the dataset's tensors are created with a `device=` that may be a GPU
-    (`torch.randn(n, d, device=device)`): there is no host-to-device copy to speed up.
+    (`torch.randn(n, d, device=device)`): there is no host-to-device copy to speed up. Not
+    reported either for a loader read once or rarely (one batch, a final test after
+    training, a sample every N steps; see PF101).
 
     ## References
     - PyTorch tutorial "A guide on good usage of non_blocking and pin_memory() in PyTorch"
@@ -744,6 +930,8 @@ class DataLoaderNoPinMemory(Rule):
             dataset = dataset_origin(facts, opts.get("dataset"))
             if collate == "device" or dataset == "device":
                 continue
+            if read_cheaply(facts, call):
+                continue  # one batch, a final test, a sample every N steps
             new = add_arg(call, make_kwarg("pin_memory", "True"))
             plan_msg = "Add `pin_memory=True`"
             if collate == "cpu" and dataset == "cpu" and not has_splat(call):
@@ -799,7 +987,8 @@ class DataLoaderNoPersistentWorkers(Rule):
     read by one loop that is not inside another loop — directly, through `enumerate`,
     `tqdm` or a logging wrapper such as `log_every(loader, 10)`, or by a local function it
     is handed to once (a test set read once, features extracted once): its workers start
-    once either way. `len(loader)` and `loader.dataset` do not count as reads.
+    once either way; nor for one batch read once, or a sample batch read under `if step %
+    N == 0:`. `len(loader)`, `loader.__len__()` and `loader.dataset` do not count as reads.
 
     ## References
     - `torch.utils.data.DataLoader` documentation, `persistent_workers`
@@ -823,7 +1012,8 @@ class DataLoaderNoPersistentWorkers(Rule):
                 opts = loader_options(facts, call)
                 if opts is None or "persistent_workers" in opts or "num_workers" not in opts:
                     continue
-                if workers_of(facts, opts["num_workers"]) == "zero" or iterated_once(facts, call):
+                if workers_of(facts, opts["num_workers"]) == "zero" or iterated_once(facts, call) \
+                        or read_cheaply(facts, call):
                     continue
                 # No fix: the dict may get its `num_workers` only on some paths (`if use_cuda:
                 # kw.update(...)`), and `persistent_workers=True` without workers raises.
@@ -839,7 +1029,7 @@ class DataLoaderNoPersistentWorkers(Rule):
             state, arg = worker_count(facts, call)
             if state == "zero" or arg is None:
                 continue
-            if iterated_once(facts, call):
+            if iterated_once(facts, call) or read_cheaply(facts, call):
                 continue  # the workers start once either way
             if state == "positive" and literal_value(arg.value) is not NOT_LITERAL:
                 value: cst.BaseExpression = cst.Name("True")
@@ -1102,6 +1292,8 @@ class BlockingHostToDeviceCopy(Rule):
     All torch versions; CUDA targets only (never `cpu`, `mps`, `xpu`, or dtype-only `.to`).
     Not `batch.to(accelerator.device)` in a file that hands its loaders to that
     `accelerator.prepare(...)`: Accelerate's prepared loaders already yield batches there.
+    Not for batches of a loader whose `collate_fn` or dataset already moves samples to the
+    device (the copy is a no-op), nor of a loader read once after training (a final test).
 
     ## References
     - PyTorch tutorial "A guide on good usage of non_blocking and pin_memory() in PyTorch"
@@ -1134,8 +1326,10 @@ class BlockingHostToDeviceCopy(Rule):
                 continue
             if _to_prepared_accelerator_device(facts, call):
                 continue
-            new = add_arg(call, make_kwarg("non_blocking", "True"))
             loaders = batch_loaders(facts, recv)
+            if loaders and all(_on_device_already(facts, l) or read_cheaply(facts, l) for l in loaders):
+                continue  # the batch is on the device already, or the loader is read once or rarely
+            new = add_arg(call, make_kwarg("non_blocking", "True"))
             pinned = bool(loaders) and all(
                 literal_value((loader_arg(l, "pin_memory") or cst.Arg(cst.Name("False"))).value) is True
                 for l in loaders
@@ -1150,6 +1344,16 @@ class BlockingHostToDeviceCopy(Rule):
                 "waits for the copy on every step (from a pinned DataLoader it can overlap with compute)",
                 fix,
             )
+
+
+def _on_device_already(facts: Facts, loader: cst.Call) -> bool:
+    """The loader's collate_fn or dataset places samples on a device: the batch's `.to(device)`
+    copies nothing."""
+    opts = loader_options(facts, loader)
+    if opts is None:
+        return False
+    return collate_origin(facts, loader, opts.get("collate_fn")) == "device" \
+        or dataset_origin(facts, opts.get("dataset")) == "device"
 
 
 def _to_prepared_accelerator_device(facts: Facts, call: cst.Call) -> bool:
