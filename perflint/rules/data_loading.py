@@ -49,9 +49,15 @@ def worker_count(facts: Facts, call: cst.Call) -> tuple[str, cst.Arg | None]:
     return workers_of(facts, arg.value), arg
 
 
-def workers_of(facts: Facts, value: cst.BaseExpression) -> str:
+def workers_of(facts: Facts, value: cst.BaseExpression, depth: int = 0) -> str:
     """"zero" | "positive" | "unknown" for a num_workers expression."""
     values = facts_literal_values(facts, value)
+    if values is None and isinstance(value, cst.Name) and depth < 4:
+        # `nw = args.workers` … `num_workers=nw`: what every binding resolves to.
+        bs = facts.lookup(value.value, value)
+        if bs and all(b.how == "expr" for b in bs):
+            states = {workers_of(facts, b.node, depth + 1) for b in bs}  # type: ignore[arg-type]
+            return states.pop() if len(states) == 1 else "unknown"
     if values is None:
         found, default = facts.option_default(value)  # `args.workers`, `cfg.num_workers`
         if not found or default is None:
@@ -1133,11 +1139,12 @@ class DataLoaderInvalidWorkerOptions(Rule):
                         new_value = cst.IfExp(test=cond, body=arg.value.deep_clone(), orelse=cst.Name("None"))
                     new = replace_arg_value(call, arg, new_value)
                     fix_msg = f"Make `{opt}` conditional on `num_workers > 0`"
-                yield Violation(
-                    arg,
-                    f"`{opt}` needs `num_workers > 0`: this DataLoader raises ValueError when it is built",
-                    self.safe(fix_msg, {call: new}),
-                )
+                if nw_arg is not None and literal_value(nw_arg.value) is NOT_LITERAL and dotted(nw_arg.value):
+                    message = (f"`{opt}` needs `num_workers > 0`: with the default `{dotted(nw_arg.value)}` "
+                               "(0) this DataLoader raises ValueError when it is built")
+                else:
+                    message = f"`{opt}` needs `num_workers > 0`: this DataLoader raises ValueError when it is built"
+                yield Violation(arg, message, self.safe(fix_msg, {call: new}))
 
 
 def _target_device(facts: Facts, call: cst.Call) -> str | None:
