@@ -10,7 +10,8 @@ spelling:
 The target torch version is `--target-torch`, else `target-torch` in the configuration,
 else the lower bound of the project's declared torch requirement (the nearest
 pyproject.toml's dependencies, optional dependencies and dependency groups, then
-requirements*.txt beside it), else 2.4.  It is never the installed torch.
+requirements*.txt beside it, setup.cfg / setup.py, environment.yml, requirements files one
+folder down), else 2.4.  It is never the installed torch.
 
 A broken configuration raises `ConfigError` with one line that names the file and the key.
 """
@@ -354,8 +355,51 @@ def _read_requirements(path: Path, depth: int = 0) -> list[str]:
     return out
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    except OSError:
+        return ""
+
+
+# A torch requirement written as a string in setup.py (`install_requires=["torch>=1.8"]`).
+_SETUP_PY_REQ = re.compile(r"""["']\s*(torch\s*(?:\[[^\]]*\])?\s*[<>=!~][^"']*)["']""")
+# A conda dependency line: `- pytorch=1.13`, `- pytorch::pytorch>=2.0`, `- torch==2.1.0` (pip).
+_CONDA_REQ = re.compile(r"^\s*-\s*[\"']?(?:[\w.-]+::)?(?:py)?torch\s*(==|=|>=|~=|>)\s*v?(\d+)\.(\d+)")
+
+
+def _setup_requirements(project_dir: Path) -> tuple[list[str], Path] | None:
+    for name in ("setup.cfg", "setup.py"):
+        text = _read_text(project_dir / name)
+        if not text:
+            continue
+        if name == "setup.py":
+            reqs = [m.group(1) for m in _SETUP_PY_REQ.finditer(text)]
+        else:  # `install_requires =` continuation lines, extras, `torch>=1.8` on a line of its own
+            reqs = [line.strip() for line in text.splitlines()]
+        if torch_lower_bound(reqs) is not None:
+            return reqs, project_dir / name
+    return None
+
+
+def _conda_bound(project_dir: Path) -> tuple[tuple[int, int], Path] | None:
+    for name in ("environment.yml", "environment.yaml", "env.yml", "conda.yaml"):
+        path = project_dir / name
+        best = None
+        for line in _read_text(path).splitlines():
+            m = _CONDA_REQ.match(line.split("#", 1)[0])
+            if m:
+                v = (int(m.group(2)), int(m.group(3)))
+                best = v if best is None else min(best, v)
+        if best is not None:
+            return best, path
+    return None
+
+
 def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int] | None, str]:
-    """The lower bound of a project's torch requirement: pyproject.toml, then requirements files."""
+    """The lower bound of a project's torch requirement: pyproject.toml, requirements files,
+    setup.cfg / setup.py, a conda environment file, then requirements files one folder down
+    (`installation/requirements.txt`, `docker/requirements.txt`), lowest bound first found."""
     if data is not None:
         found = torch_lower_bound(_pyproject_requirements(data))
         if found is not None:
@@ -364,6 +408,21 @@ def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int]
         found = torch_lower_bound(_read_requirements(req_file))
         if found is not None:
             return found, f"{req_file} torch requirement"
+    setup = _setup_requirements(project_dir)
+    if setup is not None:
+        return torch_lower_bound(setup[0]), f"{setup[1]} torch requirement"
+    conda = _conda_bound(project_dir)
+    if conda is not None:
+        return conda[0], f"{conda[1]} torch requirement"
+    try:
+        subdirs = sorted(d for d in project_dir.iterdir() if d.is_dir() and not d.name.startswith("."))
+    except OSError:
+        subdirs = []
+    for sub in subdirs[:200]:
+        for req_file in sorted(sub.glob("requirements*.txt")):
+            found = torch_lower_bound(_read_requirements(req_file))
+            if found is not None:
+                return found, f"{req_file} torch requirement"
     return None, "default"
 
 

@@ -213,6 +213,13 @@ def _pf402(root: Path, *args: str) -> bool:
         ({"pyproject.toml": '[project]\nname = "p"\n', "requirements-gpu.txt": "torch==2.6.0+cu124\n"}, True),
         ({"requirements.txt": "-r base.txt\n", "base.txt": "torch >= 1.13, < 3\n"}, False),
         ({"requirements.txt": "torch==2.1.0 \\\n    --hash=sha256:abcdef\n"}, False),
+        # setup.py / setup.cfg, a conda environment, requirements one folder down.
+        ({"setup.py": 'setup(name="p", install_requires=["numpy", "torch>=1.8"])\n'}, False),
+        ({"setup.py": 'setup(name="p", install_requires=["torch >= 2.5.0"])\n'}, True),
+        ({"setup.cfg": "[options]\ninstall_requires =\n    numpy\n    torch>=2.1,<3\n"}, False),
+        ({"environment.yml": "dependencies:\n  - python=3.8\n  - pytorch::pytorch=1.12.1\n"}, False),
+        ({"environment.yml": "dependencies:\n  - pip:\n    - torch==2.6.0\n"}, True),
+        ({"installation/requirements.txt": "torch==1.4.0\n"}, False),
         # No lower bound anywhere: 2.4.
         ({"pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch<3"]\n'}, True),
         ({}, True),
