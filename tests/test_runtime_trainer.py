@@ -63,7 +63,7 @@ def test_fit_continues_from_the_current_step():
     trainer.fit(model, optimizer, loader, cross_entropy, steps=3)
     trainer.fit(model, optimizer, loader, cross_entropy, steps=5)
     assert trainer.global_step == 5
-    assert trainer.epoch == 3  # passes started: 2 + 1 (each fit call starts a new pass)
+    assert (trainer.epoch, trainer.batch_in_epoch) == (2, 1)  # 5 batches of a 2-batch pass: the second call went on
 
 
 def test_accumulation_steps_once_per_window_with_the_mean_gradient():

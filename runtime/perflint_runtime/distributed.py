@@ -74,3 +74,31 @@ def all_reduce_mean(tensor: torch.Tensor, placement: Placement) -> torch.Tensor:
 def barrier(placement: Placement) -> None:
     if placement.distributed:
         dist.barrier()
+
+
+def init_single_process_group(placement: Placement) -> bool:
+    """A process group of one (for FSDP in a plain `python train.py`); True if this call started it."""
+    if dist.is_initialized():
+        return False
+    if placement.device.type == "cuda":
+        torch.cuda.set_device(placement.device)
+    backend = "nccl" if placement.device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    return True
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """The sum of `tensor` over all processes (the tensor itself without a process group)."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        tensor = tensor.clone()
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def broadcast_from_rank0(module: torch.nn.Module) -> None:
+    """Copy rank 0's parameters and buffers to every process (as DDP does when it wraps a model)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor.data, src=0)

@@ -44,21 +44,32 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import signal
+import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
 
-from perflint_runtime.data import build_dataloader, move_to_device
-from perflint_runtime.distributed import all_reduce_mean, barrier, init_process_group, placement_from_env
+from perflint_runtime import checkpoint
+from perflint_runtime.data import ResumableSampler, build_dataloader, derive_seed, move_to_device
+from perflint_runtime.distributed import (all_reduce_mean, all_reduce_sum, barrier, broadcast_from_rank0,
+                                          init_process_group, init_single_process_group, placement_from_env)
+from perflint_runtime.loggers import LogHook
+from perflint_runtime.parallel import (STRATEGIES, checkpoint_activations, find_layers, is_fsdp, local_value,
+                                       wrap_ddp, wrap_fsdp)
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 FUSABLE_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
+PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM
 
-LossFn = Callable[[torch.nn.Module, Any], "torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]"]
+LossFn = Callable[[torch.nn.Module, Any], Any]
+EvalFn = Callable[[torch.nn.Module, Any], "dict[str, torch.Tensor]"]
 
 
 def torch_version() -> tuple[int, int]:
@@ -97,6 +108,82 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model.module if isinstance(model, DistributedDataParallel) else model
 
 
+def seed_everything(seed: int, rank: int = 0) -> int:
+    """Seed torch (CPU and every CUDA device), numpy and `random` for this rank; return the seed
+    used, which differs between ranks and is the same in every run."""
+    rank_seed = derive_seed(seed, rank)
+    torch.manual_seed(rank_seed)
+    random.seed(rank_seed)
+    try:
+        import numpy as np
+    except ImportError:
+        pass
+    else:
+        np.random.seed(rank_seed % 2**32)
+    return rank_seed
+
+
+def set_deterministic() -> None:
+    """Reproducible kernels: no cudnn.benchmark, no TF32, deterministic algorithms where torch
+    has them (a warning, not an error, for an operation that has none)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def split_loss(out: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+    """A loss function's result as (loss, values to track): the loss alone, `(loss, {name:
+    scalar})` (each scalar tracked; other values ignored) or `(loss, anything)` (ignored)."""
+    if not isinstance(out, (tuple, list)):
+        return out, {}
+    if not out:
+        raise ValueError("the loss function returned an empty tuple")
+    loss, rest = out[0], out[1:]
+    extra: dict[str, Any] = {}
+    if len(rest) == 1 and isinstance(rest[0], dict):
+        for name, value in rest[0].items():
+            if isinstance(value, (int, float)) or (isinstance(value, torch.Tensor) and value.numel() == 1):
+                extra[name] = value
+    return loss, extra
+
+
+def real_samples(sampler: Any) -> int | None:
+    """How many of this rank's indices from a DistributedSampler are not padding (None for
+    other samplers)."""
+    if isinstance(sampler, ResumableSampler):
+        return sampler.real_samples()
+    if isinstance(sampler, DistributedSampler):
+        if sampler.drop_last:
+            return sampler.num_samples
+        return max(0, -(-(len(sampler.dataset) - sampler.rank) // sampler.num_replicas))
+    return None
+
+
+class _Preemption:
+    """SIGTERM sets a flag (the step in progress finishes; the loop saves and exits)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> "_Preemption":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+
 class Trainer:
     """Set up a model, optimizer and data for fast training, and run the training step.
 
@@ -109,18 +196,51 @@ class Trainer:
     cudnn_benchmark   let cuDNN pick the fastest kernels; turn off when input shapes vary
     log_every         read and print the tracked metrics every this many optimizer steps
     progress          show a progress bar in `fit` (on a terminal, on the main process)
+    strategy          "ddp" (whole model on every process) or "fsdp" (FSDP2, sharded; see
+                      `perflint_runtime.parallel`); one process runs either unwrapped/sharded over one
+    seed              seed torch, CUDA, numpy and `random` now, differently on every rank, the
+                      same in every run; also orders the shuffling and seeds loader workers
+    deterministic     no cudnn.benchmark, no TF32, deterministic algorithms where they exist
+    ddp_kwargs        passed to DistributedDataParallel (find_unused_parameters, static_graph...)
+    activation_checkpointing  recompute each layer's activations in backward (layers as FSDP's)
+    fsdp_layers       module classes that make a layer (for FSDP and activation checkpointing)
+    sync_batchnorm    convert BatchNorm layers to SyncBatchNorm under DDP (CUDA only)
+    on_log            a hook or hooks `hook(step, metrics)` called on the main process at every
+                      log line (see `perflint_runtime.loggers`: CSVWriter, TensorBoardWriter)
+
+    Collectives: under several processes every rank must call `setup_model`, `fit`,
+    `read_metrics`, `evaluate`, `save_state`, `load_state`, `full_state_dict`, `barrier` and
+    `close`, in the same order; guarding one of them with `if trainer.is_main:` makes the
+    others wait for ever.  `save_checkpoint`, `load_checkpoint` and `print` are safe anywhere.
     """
 
     def __init__(self, *, device: str | torch.device | None = None, precision: str = "auto",
                  grad_accum_steps: int = 1, max_grad_norm: float | None = None, compile: bool = False,
                  channels_last: bool = False, cudnn_benchmark: bool = True, log_every: int = 10,
-                 progress: bool = True) -> None:
+                 progress: bool = True, strategy: str = "ddp", seed: int | None = None, deterministic: bool = False,
+                 ddp_kwargs: dict[str, Any] | None = None, activation_checkpointing: bool = False,
+                 fsdp_layers: Iterable[type] | None = None, sync_batchnorm: bool = False,
+                 on_log: LogHook | Iterable[LogHook] | None = None) -> None:
         if grad_accum_steps < 1 or log_every < 1:
             raise ValueError("grad_accum_steps and log_every must be at least 1")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+        if ddp_kwargs and strategy != "ddp":
+            raise ValueError("ddp_kwargs are for strategy='ddp'")
+        if sync_batchnorm and strategy != "ddp":
+            raise ValueError("sync_batchnorm is for strategy='ddp'")
         self.placement = placement_from_env(device)
         self.device = self.placement.device
         self._owns_process_group = init_process_group(self.placement)
         self.precision = resolve_precision(precision, self.device)
+        if sync_batchnorm and self.device.type != "cuda":
+            raise ValueError("sync_batchnorm needs CUDA: DDP refuses SyncBatchNorm layers on the CPU")
+        self.strategy = strategy
+        if strategy == "fsdp":
+            if self.precision == "fp16":
+                raise ValueError("strategy='fsdp' with fp16 is not supported (a GradScaler would skip steps on "
+                                 "some ranks only): use bf16, or DDP")
+            self._owns_process_group |= init_single_process_group(self.placement)
         self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
         self.grad_accum_steps = grad_accum_steps
         self.max_grad_norm = max_grad_norm
@@ -128,29 +248,60 @@ class Trainer:
         self.channels_last = channels_last
         self.log_every = log_every
         self.progress = progress
-        if self.device.type == "cuda":
+        self.seed = seed
+        self.deterministic = deterministic
+        self.ddp_kwargs = dict(ddp_kwargs or {})
+        self.activation_checkpointing = activation_checkpointing
+        self.fsdp_layers = tuple(fsdp_layers) if fsdp_layers else None
+        self.sync_batchnorm = sync_batchnorm
+        self.on_log: list[LogHook] = [on_log] if callable(on_log) else list(on_log or [])
+        if seed is not None:
+            seed_everything(seed, self.placement.rank)
+        if deterministic:
+            set_deterministic()
+        elif self.device.type == "cuda":
             torch.set_float32_matmul_precision("high")  # TF32 for fp32 matmuls
             torch.backends.cudnn.benchmark = cudnn_benchmark
         self.global_step = 0  # optimizer steps taken
-        self.epoch = 0  # passes over the data started by `batches`
+        self.epoch = 0  # passes over the training data completed (the one in progress, counted from 0)
+        self.batch_in_epoch = 0  # batches taken from the pass in progress
+        self.skipped_steps = 0  # optimizer steps the GradScaler skipped (fp16 overflow)
         self._micro_batches = 0  # backward passes since the last optimizer step
+        self._stream: tuple[DataLoader, Iterator[Any]] | None = None
         self._sums: dict[str, torch.Tensor] = {}
         self._counts: dict[str, int] = {}
+        self._resumed_from: set[str] = set()
+        self._signal_group: Any = None
 
     @property
     def is_main(self) -> bool:
         return self.placement.is_main
 
+    @property
+    def world_size(self) -> int:
+        return self.placement.world_size
+
     # -- setting up ----------------------------------------------------------------------
 
     def setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The model on the device; channels-last, DDP-wrapped and compiled as configured."""
+        """The model on the device, with rank 0's weights on every rank; SyncBatchNorm,
+        channels-last, activation checkpointing, DDP or FSDP, and compiled, as configured."""
         model = model.to(self.device)
+        if self.sync_batchnorm and self.placement.distributed and self.strategy == "ddp":
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
-        if self.placement.distributed:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            model = DistributedDataParallel(model, device_ids=ids)
+        if self.activation_checkpointing or self.strategy == "fsdp":
+            layers = find_layers(model, self.fsdp_layers)
+            if self.activation_checkpointing:
+                if not layers:
+                    raise ValueError("activation_checkpointing found no layers: pass fsdp_layers=(YourBlock,)")
+                checkpoint_activations(layers)
+        if self.strategy == "fsdp":
+            broadcast_from_rank0(model)
+            model = wrap_fsdp(model, self.device, self.precision, layers)
+        elif self.placement.distributed:
+            model = wrap_ddp(model, self.device, self.ddp_kwargs)  # broadcasts rank 0's weights
         if self.compile:
             model = torch.compile(model)
         return model
@@ -164,9 +315,17 @@ class Trainer:
             kwargs["fused"] = True
         return optimizer_class(params, **kwargs)
 
-    def dataloader(self, dataset: Dataset, batch_size: int, *, shuffle: bool = False, **kwargs: Any) -> DataLoader:
-        """A DataLoader with workers, pinned memory and prefetching (see `perflint_runtime.data`)."""
-        return build_dataloader(dataset, batch_size, self.placement, shuffle=shuffle, **kwargs)
+    def dataloader(self, dataset: Dataset, batch_size: int, *, shuffle: bool = False, evaluation: bool = False,
+                   **kwargs: Any) -> DataLoader:
+        """A DataLoader with workers, pinned memory and prefetching (see `perflint_runtime.data`),
+        this rank's share of the data, and an order that a resumed run can continue.
+
+        `evaluation=True` is for `evaluate`: an IterableDataset keeps its uneven tail (a
+        map-style one is padded as DistributedSampler pads, and `evaluate` does not count
+        the padding)."""
+        shuffle_seed = self.seed if self.seed is not None else 0
+        return build_dataloader(dataset, batch_size, self.placement, shuffle=shuffle, seed=shuffle_seed,
+                                worker_seed=self.seed, evaluation=evaluation, **kwargs)
 
     # -- the training step ---------------------------------------------------------------
 
@@ -176,18 +335,52 @@ class Trainer:
     def batches(self, loader: DataLoader) -> Iterator[Any]:
         """The loader's batches on the device, epoch after epoch, without end.
 
-        Each call starts a new pass over the data; `epoch` counts the passes started (it
-        seeds the shuffling of a DistributedSampler)."""
+        The trainer keeps its place: another call (or another `fit`) continues the pass in
+        progress, and after `load_state` the pass continues from the saved position.  `epoch`
+        counts the passes completed (it seeds the shuffling), `batch_in_epoch` the batches
+        taken from the pass in progress."""
         while True:
-            if isinstance(loader.sampler, DistributedSampler):
-                loader.sampler.set_epoch(self.epoch)
-            self.epoch += 1
-            empty = True
-            for batch in loader:
-                empty = False
-                yield self.to_device(batch)
-            if empty:
-                raise ValueError("the DataLoader yields no batches")
+            yield self.next_batch(loader)
+
+    def next_batch(self, loader: DataLoader) -> Any:
+        for _ in range(2):
+            iterator = self._iterator(loader)
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                if self.batch_in_epoch == 0:
+                    raise ValueError("the DataLoader yields no batches") from None
+                self._end_epoch()
+                continue
+            self.batch_in_epoch += 1
+            if not isinstance(loader.dataset, IterableDataset) and self.batch_in_epoch >= len(loader):
+                self._end_epoch()  # known to be the last: the position saved after it is the next pass
+            return self.to_device(batch)
+        raise ValueError("the DataLoader yields no batches")
+
+    def _end_epoch(self) -> None:
+        self.epoch += 1
+        self.batch_in_epoch = 0
+        self._stream = None
+
+    def _iterator(self, loader: DataLoader) -> Iterator[Any]:
+        if self._stream is not None and self._stream[0] is loader:
+            return self._stream[1]
+        sampler = loader.batch_sampler.sampler if loader.batch_sampler is not None else loader.sampler
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(self.epoch)
+        worker_seed = getattr(loader, "_perflint_worker_seed", None)
+        if worker_seed is not None and loader.generator is not None:
+            loader.generator.manual_seed(derive_seed(worker_seed, self.epoch))
+        skip = self.batch_in_epoch
+        if skip and isinstance(sampler, ResumableSampler) and loader.batch_size is not None:
+            sampler.start_at(skip * loader.batch_size)
+            skip = 0
+        iterator = iter(loader)
+        for _ in range(skip):  # another sampler: read past the batches already trained on
+            next(iterator)
+        self._stream = (loader, iterator)
+        return iterator
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Mixed precision for the forward pass and the loss (not for backward)."""
@@ -197,14 +390,18 @@ class Trainer:
 
     @contextlib.contextmanager
     def accumulate(self, model: torch.nn.Module) -> Iterator[None]:
-        """Wrap forward and backward of one micro-batch: DDP skips its gradient all-reduce
-        unless this micro-batch completes the accumulation window."""
-        ddp = getattr(model, "_orig_mod", model)  # under torch.compile
+        """Wrap forward and backward of one micro-batch: DDP and FSDP skip their gradient
+        reduction unless this micro-batch completes the accumulation window."""
+        inner = getattr(model, "_orig_mod", model)  # under torch.compile
         steps_next = self._micro_batches + 1 == self.grad_accum_steps
-        if steps_next or not isinstance(ddp, DistributedDataParallel):
+        if is_fsdp(inner):
+            inner.set_requires_gradient_sync(steps_next)
             yield
             return
-        with ddp.no_sync():
+        if steps_next or not isinstance(inner, DistributedDataParallel):
+            yield
+            return
+        with inner.no_sync():
             yield
 
     def backward(self, loss: torch.Tensor) -> None:
@@ -216,7 +413,12 @@ class Trainer:
         loss.backward()
 
     def step(self, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> bool:
-        """Update the weights once the accumulation window is full; True when it did."""
+        """Update the weights once the accumulation window is full; True when it did.
+
+        With fp16, a step the GradScaler skips (an overflow) returns False and advances
+        neither the scheduler nor `global_step` (`skipped_steps` counts it); finding out
+        reads the scale, one host sync per step, as GradScaler does itself with an
+        optimizer that is not fused."""
         if self._micro_batches < self.grad_accum_steps:
             return False
         self._micro_batches = 0
@@ -224,13 +426,20 @@ class Trainer:
             if self.scaler is not None:
                 self.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             params = [p for group in optimizer.param_groups for p in group["params"]]
-            self.track(grad_norm=torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm))
+            norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+            self.track(grad_norm=local_value(norm))
+        skipped = False
         if self.scaler is not None:
+            scale = self.scaler.get_scale()
             self.scaler.step(optimizer)
             self.scaler.update()
+            skipped = self.scaler.get_scale() < scale  # the scale only falls after an overflow
         else:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if skipped:
+            self.skipped_steps += 1
+            return False
         if scheduler is not None:
             scheduler.step()
         self.global_step += 1
@@ -244,11 +453,14 @@ class Trainer:
             if name not in self._sums:
                 self._sums[name] = torch.zeros((), device=self.device)
                 self._counts[name] = 0
-            self._sums[name] += value.detach().float() if isinstance(value, torch.Tensor) else float(value)
+            self._sums[name] += value.detach().float().reshape(()) if isinstance(value, torch.Tensor) else float(value)
             self._counts[name] += 1
 
     def read_metrics(self) -> dict[str, float]:
-        """The means of the tracked values since the last read, over all processes; one host sync."""
+        """The means of the tracked values since the last read, over all processes; one host sync.
+
+        A collective under several processes: every rank must call it, having tracked the
+        same names."""
         if not self._sums:
             return {}
         names = list(self._sums)
@@ -264,18 +476,131 @@ class Trainer:
         if self.is_main:
             print(*args, flush=True)
 
+    def barrier(self) -> None:
+        """Wait for every process (nothing in a world of one)."""
+        if dist.is_initialized():
+            dist.barrier()
+
+    # -- evaluation ----------------------------------------------------------------------
+
+    def evaluate(self, model: torch.nn.Module, loader: DataLoader, fn: EvalFn) -> dict[str, float]:
+        """The mean of each of `fn`'s per-sample values over the whole evaluation set.
+
+        `fn(model, batch)` returns `{name: tensor of shape [batch size]}` (a loss with
+        `reduction="none"`, `(logits.argmax(1) == y).float()`...).  It runs in eval mode under
+        `inference_mode` and autocast; every sample counts exactly once over the ranks: the
+        padding a DistributedSampler adds is left out.  The model is put back in the mode it
+        was in.  A collective: every rank calls it."""
+        sums, count = self._evaluation(model, loader, fn, keep=None)
+        names = list(sums)
+        if not names:
+            return {}
+        totals = all_reduce_sum(torch.stack([*(sums[n] for n in names), count])).tolist()
+        return {name: totals[i] / totals[-1] for i, name in enumerate(names)}
+
+    def evaluate_samples(self, model: torch.nn.Module, loader: DataLoader, fn: EvalFn) -> dict[str, torch.Tensor]:
+        """Like `evaluate`, but every sample's values, gathered from every rank (on every rank,
+        on the device; in rank order, not the dataset's): for metrics that are not means,
+        such as an equal error rate or a confusion matrix."""
+        kept: dict[str, list[torch.Tensor]] = {}
+        self._evaluation(model, loader, fn, keep=kept)
+        return {name: self._all_gather_cat(torch.cat(parts)) for name, parts in kept.items()}
+
+    def _evaluation(self, model: torch.nn.Module, loader: DataLoader, fn: EvalFn,
+                    keep: dict[str, list[torch.Tensor]] | None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        fsdp = is_fsdp(model)
+        module = model if fsdp else unwrap(model)  # DDP's own forward would broadcast buffers: a collective
+        lockstep = fsdp and dist.is_initialized() and dist.get_world_size() > 1
+        real = real_samples(loader.sampler)
+        was_training = module.training
+        module.eval()
+        sums: dict[str, torch.Tensor] = {}
+        count = torch.zeros((), device=self.device)
+        position = 0
+        last = None
+        iterator = iter(loader)
+        try:
+            with torch.inference_mode(), self.autocast():
+                while True:
+                    batch = next(iterator, None)
+                    if lockstep:  # FSDP gathers each layer's weights: every rank runs the same forwards
+                        more = torch.tensor([float(batch is not None)], device=self.device)
+                        dist.all_reduce(more, op=dist.ReduceOp.MAX)
+                        if not more.item():
+                            break
+                        if batch is None and last is None:
+                            raise ValueError("evaluate under FSDP needs at least one batch on every rank")
+                    elif batch is None:
+                        break
+                    replay = batch is None
+                    batch = last if replay else batch
+                    last = batch
+                    values = fn(module, self.to_device(batch))
+                    if not isinstance(values, dict) or not values:
+                        raise TypeError("the evaluation function must return a dict of per-sample tensors")
+                    size = None
+                    for name, value in values.items():
+                        if not isinstance(value, torch.Tensor) or value.dim() != 1:
+                            raise ValueError(f"evaluation value {name!r} must be a tensor of shape [batch size], "
+                                             f"one value per sample")
+                        if size is None:
+                            size = value.shape[0]
+                        elif value.shape[0] != size:
+                            raise ValueError("evaluation values of one batch must have the same length")
+                    index = torch.arange(position, position + size, device=self.device)
+                    weight = torch.zeros(size, device=self.device) if replay else (
+                        (index < real).float() if real is not None else torch.ones(size, device=self.device))
+                    if not replay:
+                        position += size
+                    count += weight.sum()
+                    for name, value in values.items():
+                        sums[name] = sums.get(name, torch.zeros((), device=self.device)) + (value.float() * weight).sum()
+                        if keep is not None and not replay:
+                            keep.setdefault(name, []).append(value[weight.bool()].clone() if real is not None
+                                                             else value.clone())
+        finally:
+            module.train(was_training)
+        return {name: value.clone() for name, value in sums.items()}, count.clone()
+
+    def _all_gather_cat(self, tensor: torch.Tensor) -> torch.Tensor:
+        if not (dist.is_initialized() and dist.get_world_size() > 1):
+            return tensor
+        world = dist.get_world_size()
+        size = torch.tensor([tensor.shape[0]], device=tensor.device)
+        sizes = [torch.zeros_like(size) for _ in range(world)]
+        dist.all_gather(sizes, size)
+        sizes_list = [int(s.item()) for s in sizes]
+        padded = tensor.new_zeros((max(sizes_list), *tensor.shape[1:]))
+        padded[:tensor.shape[0]] = tensor
+        parts = [torch.empty_like(padded) for _ in range(world)]
+        dist.all_gather(parts, padded)
+        return torch.cat([part[:n] for part, n in zip(parts, sizes_list)])
+
     # -- the whole loop ------------------------------------------------------------------
 
     def fit(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader, loss_fn: LossFn, *,
-            steps: int, scheduler: Any = None, checkpoint_path: str | None = None,
-            checkpoint_every: int = 0) -> dict[str, float]:
+            steps: int, scheduler: Any = None, checkpoint_path: str | None = None, checkpoint_every: int = 0,
+            state_dir: str | os.PathLike | None = None, save_every: int = 0, resume: str | bool = "auto",
+            keep_last: int | None = 2, profiler: Any = None) -> dict[str, float]:
         """Train until `global_step` reaches `steps`; return the last metrics read.
 
-        `loss_fn(model, batch)` returns the loss, or `(loss, {name: tensor})` with more
-        values to track (accuracy, say).  Every `log_every` steps the means are printed;
-        every `checkpoint_every` steps (if given) a checkpoint is written to
-        `checkpoint_path`.
+        `loss_fn(model, batch)` returns the loss, `(loss, {name: tensor})` with more values
+        to track (accuracy, say), or `(loss, anything else)` (logits, say: ignored).  Every
+        `log_every` steps the means are printed and passed to the `on_log` hooks.  Another
+        call continues where this one stopped, in the same pass over the data.
+
+        With `state_dir`, the state is saved there (`save_state`) every `save_every` steps
+        (0: never on a schedule) and when the process receives SIGTERM: the step in progress
+        finishes, every rank saves, and the process exits with status 143.  `resume="auto"`
+        first loads the latest state in `state_dir`, if there is one (once per trainer and
+        directory).  `profiler` (a running `torch.profiler.profile`, see `profiler()`) is
+        stepped after every optimizer step.  `checkpoint_path` / `checkpoint_every` write the
+        single-file checkpoint of `save_checkpoint`.
         """
+        if state_dir is not None and resume and os.fspath(state_dir) not in self._resumed_from:
+            self._resumed_from.add(os.fspath(state_dir))
+            if checkpoint.resolve(state_dir) is not None:
+                self.load_state(state_dir, model, optimizer, scheduler)
         metrics: dict[str, float] = {}
         if self.global_step >= steps:
             return metrics
@@ -283,16 +608,17 @@ class Trainer:
         bar = self._progress_bar()
         task = bar.add_task("training", total=steps, completed=self.global_step)
         last_time, last_step = time.perf_counter(), self.global_step
-        with bar:
+        with bar, _Preemption() as preemption:
             for batch in self.batches(loader):
                 with self.accumulate(model):
                     with self.autocast():
-                        out = loss_fn(model, batch)
-                    loss, extra = out if isinstance(out, tuple) else (out, {})
+                        loss, extra = split_loss(loss_fn(model, batch))
                     self.backward(loss)
                 self.track(loss=loss, **extra)
                 if not self.step(optimizer, scheduler):
                     continue
+                if profiler is not None:
+                    profiler.step()
                 bar.advance(task)
                 if self.global_step % self.log_every == 0 or self.global_step == steps:
                     metrics = self.read_metrics()
@@ -301,11 +627,54 @@ class Trainer:
                     last_time, last_step = now, self.global_step
                     if self.is_main:
                         bar.console.print(format_log(self.global_step, steps, metrics, ms), highlight=False)
+                        self._call_log_hooks(metrics, optimizer, ms)
+                if state_dir is not None:
+                    stop = self._stop_requested(preemption)
+                    if stop or (save_every and self.global_step % save_every == 0):
+                        self.save_state(state_dir, model, optimizer, scheduler, keep_last=keep_last)
+                    if stop:
+                        self.print(f"SIGTERM: state saved at step {self.global_step} in {state_dir}; exiting")
+                        raise SystemExit(PREEMPTED_EXIT_CODE)
                 if checkpoint_path and checkpoint_every and self.global_step % checkpoint_every == 0:
                     self.save_checkpoint(checkpoint_path, model, optimizer, scheduler)
                 if self.global_step >= steps:
                     break
         return metrics
+
+    def _call_log_hooks(self, metrics: dict[str, float], optimizer: torch.optim.Optimizer, ms: float) -> None:
+        if not self.on_log:
+            return
+        values = {**metrics, "lr": float(optimizer.param_groups[0]["lr"]), "ms_per_step": ms}
+        for hook in self.on_log:
+            hook(self.global_step, values)
+
+    def _stop_requested(self, preemption: _Preemption) -> bool:
+        """Whether any rank received SIGTERM: a one-number all-reduce on the host (Gloo), no
+        device sync."""
+        if not (dist.is_initialized() and dist.get_world_size() > 1):
+            return preemption.requested
+        if self._signal_group is None:
+            self._signal_group = dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+        flag = torch.tensor([int(preemption.requested)])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._signal_group)
+        return bool(flag.item())
+
+    def profiler(self, trace_dir: str | os.PathLike, *, wait: int = 5, warmup: int = 2, active: int = 3,
+                 repeat: int = 1, **kwargs: Any) -> Any:
+        """A `torch.profiler.profile` on a schedule counted in optimizer steps, writing one
+        trace per rank to `trace_dir` (open it in Perfetto or TensorBoard):
+
+            with trainer.profiler("traces") as prof:
+                trainer.fit(..., profiler=prof)
+        """
+        from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        return profile(activities=activities,
+                       schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=repeat),
+                       on_trace_ready=tensorboard_trace_handler(os.fspath(trace_dir),
+                                                                worker_name=f"rank{self.placement.rank}"),
+                       **kwargs)
 
     def _progress_bar(self):
         from rich.console import Console
@@ -316,16 +685,87 @@ class Trainer:
         return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                         console=console, disable=not show)
 
-    # -- checkpoints ---------------------------------------------------------------------
+    # -- state: exact resumption ---------------------------------------------------------
+
+    def save_state(self, directory: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                   scheduler: Any = None, *, keep_last: int | None = None, **extra: Any) -> Path:
+        """Save everything a run needs to continue exactly as if it had not stopped, in
+        `directory/step_N/` (see `perflint_runtime.checkpoint`); return that path.
+
+        Model and optimizer in `torch.distributed.checkpoint` format (each rank writes its
+        shards under FSDP); scheduler, GradScaler, step, epoch, the position in the epoch and
+        this rank's random states in a file per rank.  Written to a temporary directory and
+        renamed, then the `latest` pointer is replaced; `keep_last` (None: all) older steps are
+        kept.  Every rank must call it, between optimizer steps.  `extra` values are plain
+        data (numbers, strings, lists, dicts, tensors)."""
+        if self._micro_batches:
+            raise RuntimeError("save_state in the middle of an accumulation window: call it after `step` "
+                               "returned True")
+        local_state = {
+            "global_step": self.global_step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "skipped_steps": self.skipped_steps,
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "rng": checkpoint.capture_rng(self.device),
+            "world_size": self.placement.world_size,
+            "extra": extra,
+        }
+        return checkpoint.save(directory, self.global_step, model, optimizer, local_state, keep_last)
+
+    def load_state(self, directory: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                   scheduler: Any = None) -> dict[str, Any]:
+        """Restore what `save_state` wrote (the latest step in `directory`, or the step
+        directory given); return its `extra` values.  Every rank must call it, after
+        `setup_model` and `setup_optimizer`.  The next batch is the one the saved run would
+        have taken next; the same number of processes is needed."""
+        path = checkpoint.resolve(directory)
+        if path is None:
+            raise FileNotFoundError(f"no saved state in {directory}")
+        state = checkpoint.load(path, model, optimizer)
+        if scheduler is not None and state["scheduler"] is not None:
+            scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state["scaler"] is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        self.global_step = state["global_step"]
+        self.epoch = state["epoch"]
+        self.batch_in_epoch = state["batch_in_epoch"]
+        self.skipped_steps = state["skipped_steps"]
+        self._micro_batches = 0
+        self._stream = None
+        checkpoint.restore_rng(state["rng"], self.device)
+        return state["extra"]
+
+    def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The whole model's weights on the CPU, unsharded, on rank 0 (an empty dict on the
+        other ranks), with the names of the unwrapped module: for export
+        (`torch.save(trainer.full_state_dict(model), "model.pt")` under `if trainer.is_main`).
+        Every rank must call it (FSDP gathers the shards)."""
+        if not (dist.is_initialized() and dist.get_world_size() > 1) and not is_fsdp(model):
+            return {name: value.detach().cpu().clone() for name, value in unwrap(model).state_dict().items()}
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return state if self.is_main else {}
+
+    # -- single-file checkpoints (DDP or one process) --------------------------------------
 
     def save_checkpoint(self, path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                         scheduler: Any = None, **extra: Any) -> None:
-        """Write everything needed to continue exactly: weights, optimizer, scaler,
-        scheduler, step count and random-number states (the main process writes).
+        """Write weights, optimizer, scaler, scheduler, step count and rank 0's random states
+        to one file, atomically (rank 0 writes; other ranks return at once).  No collective:
+        it may be called on every rank or under `if trainer.is_main:`.  Other ranks that
+        read the file right away should `barrier()` first.  Not for FSDP; for an exact
+        resumption (position in the epoch, every rank's random states) use `save_state`.
 
         `extra` values must be plain data (numbers, strings, lists, dicts, tensors):
         `load_checkpoint` reads with `weights_only=True`, which refuses arbitrary objects
         such as an `argparse.Namespace` (save `vars(args)` instead)."""
+        if is_fsdp(model):
+            raise ValueError("save_checkpoint keeps whole weights in one file: under FSDP use save_state")
+        if not self.is_main:
+            return
         state = {
             "model": unwrap(model).state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -333,6 +773,7 @@ class Trainer:
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "global_step": self.global_step,
             "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
@@ -340,18 +781,16 @@ class Trainer:
             },
             "extra": extra,
         }
-        if self.is_main:
-            tmp = f"{path}.tmp"
-            torch.save(state, tmp)
-            os.replace(tmp, path)
-        barrier(self.placement)
+        tmp = f"{path}.tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, path)
 
     def load_checkpoint(self, path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                         scheduler: Any = None) -> dict[str, Any]:
-        """Restore what `save_checkpoint` wrote; return its `extra` values.
+        """Restore what `save_checkpoint` wrote; return its `extra` values.  No collective.
 
-        The data order continues from the restored random state, not from the position
-        in the interrupted epoch."""
+        Every rank restores rank 0's random states; the data continues from the saved
+        position in the epoch."""
         state = torch.load(path, map_location="cpu", weights_only=True)
         unwrap(model).load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -361,7 +800,9 @@ class Trainer:
             scheduler.load_state_dict(state["scheduler"])
         self.global_step = state["global_step"]
         self.epoch = state["epoch"]
+        self.batch_in_epoch = state.get("batch_in_epoch", 0)
         self._micro_batches = 0
+        self._stream = None
         torch.set_rng_state(state["rng"]["torch"])
         if self.device.type == "cuda" and state["rng"]["cuda"] is not None:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
