@@ -631,8 +631,8 @@ class DataLoaderNoWorkers(Rule):
 
     ## Fix safety
     **Unsafe**: sets `num_workers=min(8, os.cpu_count() or 1)` (adding `import os`), adds
-    `persistent_workers=True` when the loader is read more than once (workers then start
-    once, not every epoch) and `pin_memory=True` in CUDA code. Worker processes change what
+    `persistent_workers=True` when the loader is read more than once and the target torch is
+    1.7 or newer (workers then start once, not every epoch) and `pin_memory=True` in CUDA code. Worker processes change what
     a program does in ways a reader must check, so the fix is offered only when the file
     shows the dataset is safe in workers: a torchvision/torchaudio dataset, or a map-style
     Dataset class defined at the top level of the file (an IterableDataset only when it
@@ -735,7 +735,8 @@ class DataLoaderNoWorkers(Rule):
         value = parse_expr("min(8, os.cpu_count() or 1)")
         new = replace_arg_value(call, arg, value) if arg is not None else add_arg(call, make_kwarg("num_workers", value))
         added = ["`num_workers=min(8, os.cpu_count() or 1)`"]
-        if loader_arg(call, "persistent_workers") is None and not iterated_once(facts, call):
+        if loader_arg(call, "persistent_workers") is None and not iterated_once(facts, call) \
+                and facts.target_torch >= (1, 7):
             new = add_arg(new, make_kwarg("persistent_workers", "True"))
             added.append("`persistent_workers=True`")
         if facts.is_cuda_code and loader_arg(call, "pin_memory") is None and get_arg(call, "pin_memory_device") is None:
@@ -989,7 +990,7 @@ class DataLoaderNoPersistentWorkers(Rule):
     reported without a fix: the dict may get its `num_workers` only on some paths.
 
     ## Applies to
-    All torch versions; CPU and CUDA. Not reported for a loader bound to a name that is
+    Target torch ≥ 1.7 (`persistent_workers` does not exist before); CPU and CUDA. Not reported for a loader bound to a name that is
     read by one loop that is not inside another loop — directly, through `enumerate`,
     `tqdm` or a logging wrapper such as `log_every(loader, 10)`, or by a local function it
     is handed to once (a test set read once, features extracted once): its workers start
@@ -1009,6 +1010,7 @@ class DataLoaderNoPersistentWorkers(Rule):
     summary = "DataLoader with workers but without persistent_workers"
     severity = Severity.INFO
     fix_class = "unsafe"
+    min_torch = (1, 7)  # `persistent_workers` is a TypeError before 1.7
     tokens = (b"DataLoader",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:

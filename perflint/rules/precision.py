@@ -70,7 +70,10 @@ class DeprecatedAmpApi(Rule):
 
     ## Applies to
     Target torch ≥ 2.4, where the old APIs warn (`torch.amp.GradScaler` exists since 2.3,
-    `torch.amp.custom_fwd(device_type=…)` since 2.4).
+    `torch.amp.custom_fwd(device_type=…)` since 2.4). In a file that keeps torch 1.x code
+    paths (`torch.__version__` switches, `torch._six` imports) the finding comes without a
+    rewrite: with no declared bound the 2.4 default is a guess, and the new API would break
+    the versions the code still supports.
 
     ## References
     - `torch/cuda/amp/autocast_mode.py`, `torch/cuda/amp/grad_scaler.py` (2.13)
@@ -85,6 +88,16 @@ class DeprecatedAmpApi(Rule):
     tokens = (b"amp",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
+        if supports_old_torch(facts):
+            # The code keeps working on torch 1.x (`torch._six`, `torch.__version__` checks):
+            # `torch.amp.GradScaler("cuda")` (2.3) and `custom_fwd(device_type=…)` (2.4) would
+            # break it there, so report without a rewrite.
+            for v in self._violations(facts):
+                yield Violation(v.node, v.message, None)
+            return
+        yield from self._violations(facts)
+
+    def _violations(self, facts: Facts) -> Iterator[Violation]:
         torch_names = facts.imports.local_names_for("torch")
         torch_name = "torch" if "torch" in torch_names else (torch_names[0] if torch_names else None)
         explicit_dtype = any(
@@ -222,6 +235,17 @@ class DeprecatedAmpApi(Rule):
             new_dec = cst.Call(func=new_func, args=[make_kwarg("device_type", dev)])
             return {use: use.with_changes(decorator=new_dec)}
         return None
+
+
+def supports_old_torch(facts: Facts) -> bool:
+    """The file keeps code paths for torch 1.x: it reads `torch.__version__` (a version
+    switch) or imports from `torch._six` (removed in 2.0, kept behind a `try`).  A fix must
+    then work on those versions too."""
+    for node in facts.index[cst.Attribute]:
+        q = facts.qualname(node) or ""
+        if q in ("torch.__version__", "torch.version.__version__") or q.startswith("torch._six"):
+            return True
+    return any(full.startswith("torch._six") for full in facts.imports.aliases.values())
 
 
 def _names_in(facts: Facts, names: set[str]) -> Iterator[cst.Name]:
