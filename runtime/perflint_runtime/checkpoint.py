@@ -19,11 +19,13 @@ same directory: on several machines it must be on a shared file system.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
@@ -61,6 +63,15 @@ def restore_rng(state: dict[str, Any], device: torch.device) -> None:
 
         kind, keys, pos, has_gauss, cached = state["numpy"]
         np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
+
+
+@contextlib.contextmanager
+def _single_process_quiet() -> Iterator[None]:
+    """Without a process group, torch.distributed.checkpoint warns that it assumes one process: it is one."""
+    with warnings.catch_warnings():
+        if not dist.is_initialized():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
 
 
 def _barrier() -> None:
@@ -102,7 +113,9 @@ def save(directory: str | os.PathLike, step: int, model: torch.nn.Module, optimi
         tmp.mkdir()
     _barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
+    with _single_process_quiet():
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp),
+                 no_dist=not dist.is_initialized())
     torch.save(local_state, tmp / f"rank{rank}.pt")
     _barrier()
     if rank == 0:
@@ -138,6 +151,7 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -
                          "resumption needs the same number")
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    dcp.load(state, checkpoint_id=str(path))
+    with _single_process_quiet():
+        dcp.load(state, checkpoint_id=str(path), no_dist=not dist.is_initialized())
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     return local_state
