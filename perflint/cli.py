@@ -166,7 +166,7 @@ def _cell_source(cell: dict) -> str:
 
 
 def _render(outcome, output_format: str, unsafe: bool, statistics: bool, quiet: bool, fixed=(0, 0),
-            stderr: bool = False, given: dict | None = None) -> None:
+            stderr: bool = False, given: dict | None = None, show_why: bool = False) -> None:
     results = outcome.results
     if output_format in ("json", "sarif", "github"):
         from perflint.report import machine
@@ -191,9 +191,9 @@ def _render(outcome, output_format: str, unsafe: bool, statistics: bool, quiet: 
 
         console = _console(stderr=stderr)
         if output_format == "concise":
-            text.concise(console, results, unsafe)
+            text.concise(console, results, unsafe, show_why=show_why)
         else:
-            text.full(console, results, unsafe, _source_lines(results, given))
+            text.full(console, results, unsafe, _source_lines(results, given), show_why=show_why)
         if not quiet:
             text.summary(console, results, unsafe, fixed[0], errors=len(outcome.all_errors), files=outcome.files,
                          uncovered=fixed[1],
@@ -281,7 +281,7 @@ def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exc
         if show_fixes and fix:
             _show_fixes(changed)
         _render(outcome, output_format, unsafe, statistics, quiet, fixed=(fixed, uncovered) if fix else (0, 0),
-                given=given)
+                given=given, show_why=show_why)
     if errors:
         sys.exit(EXIT_ERROR)
     if diff:
@@ -342,9 +342,11 @@ output_format_option = click.option(
 @click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Treat unsafe fixes as available (and apply them with --fix).")
 @click.option("--diff", is_flag=True, help="With --fix (implied): print a unified diff of the fixes and write nothing.")
 @click.option("--show-fixes", is_flag=True, help="With --fix: list the fixes applied, by file and rule.")
+@click.option("--show-why", is_flag=True,
+              help="Under each per-step finding, the evidence that its code runs on every step (the loop, the call, the branch).")
 def check(paths, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
           no_respect_gitignore, force_exclude, jobs, no_cache, quiet, stdin_filename, output_format, statistics,
-          exit_zero, fix, unsafe_fixes, diff, show_fixes):
+          exit_zero, fix, unsafe_fixes, diff, show_fixes, show_why):
     """Report anti-patterns in PATHS (default: the current folder).
 
     Finds .py files and Jupyter notebooks, honouring .gitignore and the configured
@@ -355,7 +357,8 @@ def check(paths, select, extend_select, ignore, target_torch, config_file, exclu
          config_file=config_file, exclude=exclude, extend_exclude=extend_exclude,
          no_respect_gitignore=no_respect_gitignore, force_exclude=force_exclude, jobs=jobs, no_cache=no_cache,
          quiet=quiet, output_format=output_format, statistics=statistics, exit_zero=exit_zero,
-         fix=fix or diff, unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes, stdin_filename=stdin_filename)
+         fix=fix or diff, unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes, stdin_filename=stdin_filename,
+         show_why=show_why)
 
 
 @main.command()

@@ -235,6 +235,7 @@ def _analyze(text: str, path: str, rules, target, project=None) -> _Analysis | F
 
 
 def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOptions) -> list[Diagnostic]:
+    from perflint.analysis.hotpath import render_why
     from perflint.positions import LineIndex, node_offsets
 
     if not analysis.findings:
@@ -243,7 +244,9 @@ def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOp
     whole: dict = {}
     replaced = [n for _, v in analysis.findings if v.fix is not None for n in v.fix.replacements] \
         if options.with_edits else []
-    offsets = node_offsets(module, [v.node for _, v in analysis.findings], whole, replaced)
+    why_of = _why_steps(analysis)
+    anchors = [s.node for steps in why_of.values() for s in steps if s.node is not None]
+    offsets = node_offsets(module, [v.node for _, v in analysis.findings] + anchors, whole, replaced)
     from perflint.noqa import parse_suppressions
 
     lines = LineIndex(text)
@@ -280,6 +283,7 @@ def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOp
                 end_location=Location(erow, ecol),
                 fix=fix,
                 cell=cell,
+                why=render_why(why_of.get(id(v)), offsets, lines, src.notebook),
             )
         )
     out.sort(key=lambda d: d.sort_key)
@@ -310,6 +314,19 @@ def _fix_edits(analysis: _Analysis, text: str, lines, src: Source, sup, offsets,
 
 # Rules whose findings are about code that runs on every step of a loop.
 PER_STEP_CODES = frozenset({"PF105", "PF201", "PF202", "PF203", "PF204", "PF409"})
+
+
+def _why_steps(analysis: _Analysis) -> dict:
+    """id(violation) → the chain of evidence that its code runs on every step: what the
+    rule attached, else, for the per-step rules, the file's hot path to the node."""
+    out = {}
+    for rule, v in analysis.findings:
+        steps = v.why
+        if steps is None and rule.code in PER_STEP_CODES:
+            steps = analysis.facts.hot_path(v.node)
+        if steps:
+            out[id(v)] = steps
+    return out
 
 
 def _called_from(facts, node) -> str:

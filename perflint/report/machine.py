@@ -47,6 +47,7 @@ def to_json(results: list[FileResult]) -> str:
                     "noqa_row": d.location.row,
                     "severity": d.severity.value,
                     "url": docs_url(d.code),
+                    "why": list(d.why),
                 }
             )
     return json.dumps(out, indent=2)

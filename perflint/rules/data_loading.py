@@ -443,11 +443,14 @@ def _read_sites(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: 
             outer = facts.parent(arg) if isinstance(arg, cst.Arg) else None
         parent = facts.parent(node)
         if isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is node:
-            sites.append(("for", parent))
+            sites.append(("next", parent) if _breaks_at_once(parent) else ("for", parent))
             continue
         if isinstance(outer, cst.Call) and call_name(outer) == "next" and node is not use \
                 and call_name(node) == "iter":
             sites.append(("next", outer))  # `next(iter(loader))`: one batch
+            continue
+        if isinstance(outer, cst.Call) and call_name(outer) in ("list", "tuple") and isinstance(outer.func, cst.Name):
+            sites.append(("for", outer))  # `list(loader)`: one pass
             continue
         if (depth < 2 and node is use and isinstance(arg, cst.Arg) and isinstance(outer, cst.Call)
                 and isinstance(outer.func, cst.Name)):
@@ -460,6 +463,15 @@ def _read_sites(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: 
                 continue
         return None
     return sites
+
+
+def _breaks_at_once(loop: cst.CSTNode) -> bool:
+    """`for batch in loader: …; break`: the body ends in an unconditional `break`, so the loop
+    reads one batch (a sanity check, a shape probe)."""
+    if not isinstance(loop, cst.For) or not isinstance(loop.body, cst.IndentedBlock) or not loop.body.body:
+        return False
+    last = loop.body.body[-1]
+    return isinstance(last, cst.SimpleStatementLine) and any(isinstance(x, cst.Break) for x in last.body)
 
 
 def _throttled_in_loop(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> bool | None:
@@ -496,12 +508,12 @@ def _cheap_site(facts: Facts, site: tuple, scope: cst.CSTNode) -> bool:
     if kind == "call":
         fn, inner = site[2], site[3]
         return bool(inner) and all(_cheap_site(facts, s, fn) for s in inner)
-    # One pass, not repeated: cheap when the file trains elsewhere and this pass is not the
-    # training itself (a final test after training).  In a file that does not train, one pass
-    # over the data is the whole job (an evaluation script), and loading speed matters.
+    # One pass, not repeated, that is not the training itself: a final test after training,
+    # or the whole job of a file that does not train (a prediction or export script, a
+    # dataset's `__main__` self-check) — no training step waits for it.
     if isinstance(node, (cst.For, cst.While)) and facts.loop_kind(node) == "train":
         return False
-    return not _trains_in(facts, node) and _file_trains(facts)
+    return not _trains_in(facts, node)
 
 
 def _file_trains(facts: Facts) -> bool:
@@ -562,22 +574,28 @@ def read_cheaply(facts: Facts, call: cst.Call) -> bool:
             nxt = facts.parent(up) if isinstance(up, cst.Arg) else None
             if isinstance(nxt, cst.Call) and call_name(nxt) == "next" and call_name(outer) == "iter":
                 sites = [("next", nxt)]
+        if isinstance(outer, cst.Call) and call_name(outer) in ("list", "tuple") and isinstance(outer.func, cst.Name):
+            sites = [("for", outer)]  # `list(DataLoader(...))`: one pass
         if sites is None:
             p = facts.parent(node)
             if isinstance(p, (cst.For, cst.CompFor)) and p.iter is node:
-                sites = [("for", p)]
+                sites = [("next", p) if _breaks_at_once(p) else ("for", p)]
         if sites is None:
             return False
     elif isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is call:
-        sites = [("for", parent)]
+        sites = [("next", parent) if _breaks_at_once(parent) else ("for", parent)]
     else:
         if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1
                 and isinstance(parent.targets[0].target, cst.Name)):
             return False
         target = parent.targets[0].target
         sites = _read_sites(facts, target.value, scope, facts.order.get(target, 0), 0)
-    if not sites or not _runs_once(facts, scope):
+    if sites is None or not _runs_once(facts, scope):
         return False
+    if not sites:
+        # Never read: a local loader built and left unused costs nothing; one at module level
+        # may be imported and read by another module.
+        return isinstance(scope, cst.FunctionDef)
     if _throttled_in_loop(facts, call, scope) is False:
         return False  # the loader itself is rebuilt on every iteration
     return all(_cheap_site(facts, s, scope) for s in sites)
@@ -666,10 +684,12 @@ class DataLoaderNoWorkers(Rule):
     `prefetch_factor`, `multiprocessing_context`, `worker_init_fn`): the author runs with
     workers, and what the default 0 breaks is PF104's finding. Not reported for a loader that
     feeds no training pass and no repeated evaluation: one batch read once
-    (`next(iter(DataLoader(ds, batch_size=len(ds))))`), one pass after training in a file
-    that trains (a final test), or a sample batch read under `if step % N == 0:`; `len(loader)`
-    and `loader.__len__()` are not reads. A single pass in a file that does not train (an
-    evaluation script) is its whole job and is still reported. A local name bound to 0 is the user's choice and left alone. So are loaders over
+    (`next(iter(DataLoader(ds, batch_size=len(ds))))`, a loop that ends in `break`), one pass
+    that is not itself training (a final test after training, `list(loader)`, a prediction
+    script or a dataset's `__main__` self-check run once), a sample batch read under `if step
+    % N == 0:`, or a local loader never read; `len(loader)` and `loader.__len__()` are not
+    reads. A loader that is returned, stored or handed to unknown code may feed training and
+    is still reported. A local name bound to 0 is the user's choice and left alone. So are loaders over
     a `TensorDataset`: a sample is a tensor index, and workers only add inter-process copies (measured: an epoch of 100,000 × 64 floats at
     batch 512 took 0.47–0.75 s with no workers and 0.66–0.90 s with 2, five alternating
     runs; torch 2.13, 2-core CPU, `python benchmarks/tensor_dataset_workers.py --repeats 5`).
@@ -1302,7 +1322,10 @@ class BlockingHostToDeviceCopy(Rule):
     Not `batch.to(accelerator.device)` in a file that hands its loaders to that
     `accelerator.prepare(...)`: Accelerate's prepared loaders already yield batches there.
     Not for batches of a loader whose `collate_fn` or dataset already moves samples to the
-    device (the copy is a no-op), nor of a loader read once after training (a final test).
+    device (the copy is a no-op), nor of a loader read once after training (a final test),
+    nor in the evaluation loop of a file that does not train when that loop runs once (a
+    prediction script's `main`); an evaluation function nothing in the file calls is still
+    reported (a training script elsewhere may call it every epoch).
 
     ## References
     - PyTorch tutorial "A guide on good usage of non_blocking and pin_memory() in PyTorch"
@@ -1331,8 +1354,13 @@ class BlockingHostToDeviceCopy(Rule):
             target = _target_device(facts, call)
             if target is None or (target == "maybe" and not (facts.is_cuda_code or facts.called_from_cuda_loop)):
                 continue
-            if facts.iteration_context(call) is None:
+            ctx = facts.iteration_context(call)
+            if ctx is None:
                 continue
+            if ctx.kind == "eval" and not _file_trains(facts):
+                host = ctx.node if isinstance(ctx.node, cst.FunctionDef) else facts.enclosing_function(ctx.node)
+                if host not in facts.step_callers and (host is None or _runs_once(facts, host)):
+                    continue  # a prediction script run once: no training step waits for it
             if _to_prepared_accelerator_device(facts, call):
                 continue
             loaders = batch_loaders(facts, recv)
