@@ -9,10 +9,13 @@ import libcst as cst
 
 from perflint.edits import add_arg, code, make_kwarg, parse_expr, remove_arg
 from perflint.analysis import Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
+from perflint.names import dotted
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation
+from perflint.rules.data_loading import runs_once
 from perflint.rules.precision import (
     enclosing_block,
+    is_training_file,
     forward_range,
     insert_after_imports,
     is_model_call,
@@ -518,7 +521,11 @@ class DataParallel(Rule):
     checkpoints and logs are written.
 
     ## Applies to
-    All torch versions; multi-GPU CUDA code.
+    All torch versions; multi-GPU CUDA code. Not in the `else:` of `if
+    torch.cuda.is_available():` (CPU only: nothing is replicated), and not in a file that
+    does not train when the wrapper is built at module level or in a function run once (a
+    prediction or validation script's `main`); a factory nothing in the file calls is still
+    reported (a training script elsewhere may use it).
 
     ## References
     - `torch.nn.DataParallel` documentation
@@ -531,12 +538,42 @@ class DataParallel(Rule):
     tokens = (b"DataParallel",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
+        trains = is_training_file(facts)
         for call in facts.calls_to("torch.nn.DataParallel"):
+            if _cpu_only_branch(facts, call):
+                continue  # `else:` of `if torch.cuda.is_available():` — nothing is replicated
+            if not trains:
+                fn = facts.enclosing_function(call)
+                if fn is None or runs_once(facts, fn):
+                    continue  # a prediction or validation script run once: no training step
             yield Violation(
                 call,
                 "`nn.DataParallel` runs all GPUs from one process (GIL-bound, replicates the model "
                 "every step); use `DistributedDataParallel` launched with `torchrun`",
             )
+
+
+def _cpu_only_branch(facts: Facts, node: cst.CSTNode) -> bool:
+    """`node` runs only without CUDA: in the `else:` of `if torch.cuda.is_available():` (or of
+    a test on a name such as `use_cuda`), or under `if not torch.cuda.is_available():`."""
+    cur = node
+    for anc in facts.ancestors(node):
+        if isinstance(anc, cst.If):
+            test = anc.test
+            negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+            inner = test.expression if negated else test
+            cuda_test = any(
+                (isinstance(n, cst.Call) and call_name(n) == "is_available"
+                 and "cuda" in (facts.qualname(n.func) or dotted(n.func) or ""))
+                or (isinstance(n, cst.Name) and re.search(r"cuda|gpu", n.value, re.I))
+                for n in iter_nodes(inner)
+            ) and not isinstance(inner, (cst.BooleanOperation, cst.Comparison))
+            if cuda_test and ((cur is anc.orelse and not negated) or (cur is anc.body and negated)):
+                return True
+        if isinstance(anc, (cst.FunctionDef, cst.ClassDef)):
+            break
+        cur = anc
+    return False
 
 
 # ----------------------------------------------------------------------------------------

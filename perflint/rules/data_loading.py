@@ -536,7 +536,7 @@ def _trains_in(facts: Facts, node: cst.CSTNode) -> bool:
     return False
 
 
-def _runs_once(facts: Facts, scope: cst.CSTNode, depth: int = 0) -> bool:
+def runs_once(facts: Facts, scope: cst.CSTNode, depth: int = 0) -> bool:
     """`scope` (the module, or the function that builds the loader) runs once per run: the
     module, a `main` function, or a top-level function every call of which in this file sits
     outside any loop, in code that itself runs once."""
@@ -550,7 +550,7 @@ def _runs_once(facts: Facts, scope: cst.CSTNode, depth: int = 0) -> bool:
         return name in ("main", "run", "_main")
     for c in calls:
         host = facts.enclosing_function(c) or facts.module
-        if _throttled_in_loop(facts, c, host) is not None or not _runs_once(facts, host, depth + 1):
+        if _throttled_in_loop(facts, c, host) is not None or not runs_once(facts, host, depth + 1):
             return False
     return True
 
@@ -590,7 +590,7 @@ def read_cheaply(facts: Facts, call: cst.Call) -> bool:
             return False
         target = parent.targets[0].target
         sites = _read_sites(facts, target.value, scope, facts.order.get(target, 0), 0)
-    if sites is None or not _runs_once(facts, scope):
+    if sites is None or not runs_once(facts, scope):
         return False
     if not sites:
         # Never read: a local loader built and left unused costs nothing; one at module level
@@ -1359,7 +1359,7 @@ class BlockingHostToDeviceCopy(Rule):
                 continue
             if ctx.kind == "eval" and not _file_trains(facts):
                 host = ctx.node if isinstance(ctx.node, cst.FunctionDef) else facts.enclosing_function(ctx.node)
-                if host not in facts.step_callers and (host is None or _runs_once(facts, host)):
+                if host not in facts.step_callers and (host is None or runs_once(facts, host)):
                     continue  # a prediction script run once: no training step waits for it
             if _to_prepared_accelerator_device(facts, call):
                 continue
