@@ -55,6 +55,9 @@ class Diagnostic:
     fix: Fix | None = None
     # Notebooks: the 1-based cell number; rows are then counted inside that cell.
     cell: int | None = None
+    # Why the finding's code runs on every step: short lines with line numbers, the loop
+    # first (`perflint.analysis.hotpath`); empty for rules that claim no per-step cost.
+    why: tuple[str, ...] = ()
 
     @property
     def sort_key(self) -> tuple:
@@ -92,6 +95,7 @@ class Diagnostic:
                 ),
             ),
             cell=data.get("cell"),
+            why=tuple(data.get("why") or ()),
         )
 
 

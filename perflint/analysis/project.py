@@ -366,6 +366,19 @@ class ProjectIndex:
             return None  # the file's own analysis sees its own loops
         return tuple(got[0])
 
+    def called_from_training(self, where: tuple[str, str], depth: int = 0) -> bool:
+        """Whether a file that trains calls `where` (directly, or through functions such a
+        file calls): an evaluation loop in it runs during training."""
+        if self._incoming is None:
+            self._index_calls()
+        for path, c in self._calls_to.get(where, ()):  # type: ignore[union-attr]
+            if self.summaries[path].get("trains"):
+                return True
+            if depth < 2 and c.get("in") and (path, c["in"]) != where \
+                    and self.called_from_training((path, c["in"]), depth + 1):
+                return True
+        return False
+
     def param_kinds(self, where: tuple[str, str], index: int, name: str) -> frozenset[str]:
         """Kinds every known call site of `where` passes for a parameter (empty unless all agree)."""
         if self._calls_to is None:
@@ -507,6 +520,10 @@ class ProjectView:
     def step_caller(self, symbol: str) -> tuple[str, int, str] | None:
         got = self._ask(("step", symbol), lambda: self.index.step_caller((self.path, symbol)))  # type: ignore[union-attr]
         return tuple(got) if got else None  # type: ignore[return-value]
+
+    def called_from_training(self, symbol: str) -> bool:
+        return bool(self._ask(("trained", symbol),
+                              lambda: self.index.called_from_training((self.path, symbol))))  # type: ignore[union-attr]
 
     def param_kinds(self, symbol: str, index: int, name: str) -> frozenset[str]:
         got = self._ask(("param", symbol, index, name),

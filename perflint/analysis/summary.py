@@ -11,7 +11,8 @@
   fields, config dict / SimpleNamespace literals;
 * `calls`: calls of project-level names with the kinds of their arguments, the function
   they sit in, whether they run on every call of it, and — where the call runs on every
-  iteration of a training or evaluation loop — that loop's kind and line.
+  iteration of a training or evaluation loop — that loop's kind and line;
+* `trains`: whether the file has a training loop or a per-step training function.
 
 A reference is a dotted name as the file spells it through its imports ("utils.accuracy",
 ".engine.train_one_epoch"), "#name" for the file's own top-level names and "*name" for a
@@ -29,7 +30,7 @@ from perflint.analysis.syntax import NOT_LITERAL, call_name, get_arg, has_splat,
 from perflint.analysis.vocab import DATALOADER, _OPTION_ROOTS
 from perflint.names import dotted
 
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = 3
 # Import roots that are never the project's own modules.
 LIBRARY_ROOTS = frozenset({
     "torch", "numpy", "np", "scipy", "torchvision", "torchaudio", "transformers", "accelerate", "timm", "os", "sys",
@@ -367,6 +368,9 @@ def summarise(facts, lines) -> dict:
         "calls": [],
         "accel": bool(facts.may_use_accelerator),
         "cuda": bool(facts.is_cuda_code),
+        # The file trains (a training loop or a per-step training function): evaluation it
+        # calls runs during training.
+        "trains": bool(facts.trains),
     }
     for stmt in facts.module.body:
         if isinstance(stmt, cst.ClassDef):

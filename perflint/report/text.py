@@ -23,13 +23,22 @@ def _header(path: str, d, unsafe: bool) -> str:
             f"{_marker(d, unsafe)}{escape(d.message)}")
 
 
-def concise(console: Console, results: list[FileResult], unsafe: bool) -> None:
+def _why(console: Console, d, indent: str) -> None:
+    """`--show-why`: the evidence that the finding's code runs on every step."""
+    for i, step in enumerate(d.why):
+        lead = "[cyan]= why[/]: " if i == 0 else "       "
+        console.print(f"{indent}{lead}{escape(step)}", highlight=False, soft_wrap=True)
+
+
+def concise(console: Console, results: list[FileResult], unsafe: bool, show_why: bool = False) -> None:
     for r in results:
         for d in r.diagnostics:
             console.print(_header(r.path, d, unsafe), highlight=False, soft_wrap=True)
+            if show_why and d.why:
+                _why(console, d, "  ")
 
 
-def full(console: Console, results: list[FileResult], unsafe: bool, lines: dict) -> None:
+def full(console: Console, results: list[FileResult], unsafe: bool, lines: dict, show_why: bool = False) -> None:
     """Each finding with its source line and a caret under the reported span, as ruff does.
 
     `lines` maps (path, cell or None, row) to the text of that line.
@@ -58,6 +67,8 @@ def full(console: Console, results: list[FileResult], unsafe: bool, lines: dict)
             if d.fix is not None:
                 kind = "" if d.fix.applicability is Applicability.SAFE else " (unsafe)"
                 console.print(f"  [cyan]= help[/]: {escape(d.fix.message)}{kind}", highlight=False, soft_wrap=True)
+            if show_why and d.why:
+                _why(console, d, "  ")
             console.print()
 
 

@@ -32,6 +32,9 @@ class Violation:
     node: cst.CSTNode
     message: str
     fix: FixPlan | None = None
+    # The evidence that the node runs on every step (`perflint.analysis.hotpath.WhyStep`s),
+    # for rules that claim a per-step cost.
+    why: list | None = None
 
 
 class Rule:

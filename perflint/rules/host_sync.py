@@ -354,22 +354,21 @@ class ItemInLoop(Rule):
         if not facts.may_use_accelerator:
             return  # everything is on the CPU: `.item()` costs nothing
         for call in facts.calls():
-            if call_name(call) != "item" or call.args or not isinstance(call.func, cst.Attribute):
-                continue
-            recv = call.func.value
-            # `x.detach().cpu().item()`: the `.cpu()` is where it waits, for the tensor before it
-            while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) \
-                    and call_name(recv) in ("cpu", "detach", "float", "double") and not recv.args:
-                recv = recv.func.value
-            if _host_value(facts, recv) or isinstance(recv, (cst.Integer, cst.Float)):
+            if not _item_sync(facts, call):
                 continue
             ctx = facts.iteration_context(call)
             if ctx is None or _feeds_environment(facts, call):
                 continue
+            why = facts.hot_path(call)
+            if why is None:
+                continue  # not part of training: an inference script, a tool, a check
+            if _waited_before(facts, ctx.node, call) is not None:
+                continue  # the iteration just waited for the GPU: this read costs nothing more
             where = "training" if ctx.kind == "train" else "evaluation"
             yield Violation(
                 call.func.attr,
                 f"`.item()` on every iteration of the {where} loop waits for the GPU; " + _advice(facts, call),
+                why=why + _later_syncs(facts, ctx.node, call),
             )
 
 
@@ -439,98 +438,312 @@ class HostSyncInLoop(Rule):
             if v is not None:
                 yield v
         for node in (*facts.index[cst.If], *facts.index[cst.While], *facts.index[cst.Assert]):
-            test = node.test
-            if not self._tensor_condition(facts, test):
+            if not _condition_sync(facts, node):
                 continue
-            if facts.iteration_context(node) is None:
+            v = self._per_step(facts, node, "", node)
+            if v is None:
                 continue
-            if isinstance(node, cst.If) and after_latch(test, node):
-                continue  # `if seen or torch.all(...): seen = True`: stops reading once set
             kind = {cst.If: "if", cst.While: "while", cst.Assert: "assert"}[type(node)]
-            yield Violation(
-                node,
-                f"`{kind}` on a tensor value reads it back to the host on every iteration; keep the check "
-                "on the device (e.g. `torch.nan_to_num`, masking) or do it every N steps",
-            )
+            v.message = (f"`{kind}` on a tensor value reads it back to the host on every iteration; keep the check "
+                         "on the device (e.g. `torch.nan_to_num`, masking) or do it every N steps")
+            yield v
 
     def _call(self, facts: Facts, call: cst.Call) -> Violation | None:
-        name = call_name(call)
-        q = facts.qualname(call.func)
-        message = None
-        if q == "torch.cuda.synchronize":
-            if _brackets_a_timer(facts, call):
-                return None  # timing a region needs the GPU idle at both ends
-            message = "`torch.cuda.synchronize()` on every iteration stalls the CPU until the GPU is idle; synchronize only where you time or read results"
-        elif isinstance(call.func, cst.Attribute) and name in ("cpu", "numpy", "tolist") and not call.args:
-            recv = call.func.value
-            if any(call_name(c) in _SYNC_METHODS for c in _inner_chain(recv)):
-                return None  # reported at the first sync of the chain
-            if any(call_name(c) == "item" for c in _outer_chain(facts, call)):
-                return None  # PF201 reports the chain
-            if not _device_tensor(facts, recv):
-                return None
-            if name == "cpu" and facts.has_kind(recv, "model"):
-                return None
-            if _feeds_environment(facts, call):
-                return None
-            message = f"`.{name}()` of a device tensor on every iteration copies it to the host and waits for the GPU; " \
-                      "collect on the device and copy once after the loop (or every N steps)"
-        elif isinstance(call.func, cst.Name) and name in ("float", "int", "bool") and q is None and len(call.args) == 1:
-            arg = call.args[0].value
-            if _device_tensor(facts, arg) and not any(call_name(c) in _SYNC_METHODS for c in _inner_chain(arg)):
-                message = f"`{name}()` of a tensor on every iteration reads it back from the GPU; " + _ON_DEVICE_HINT
-        elif isinstance(call.func, cst.Name) and name == "print" and q is None:
-            if any(self._prints_tensor(facts, a.value) for a in call.args if a.keyword is None):
-                message = "`print()` of a tensor on every iteration copies it to the host and waits for the GPU; print every N steps"
-        if message is None:
-            return None
-        if facts.iteration_context(call) is None:
-            return None
-        return Violation(call, message)
+        got = _call_sync(facts, call)
+        if got is None or got[0] == "forced":
+            return None  # timing a region, or an action the environment needs: inherent
+        return self._per_step(facts, call, got[1], call)
 
-    def _prints_tensor(self, facts: Facts, expr: cst.BaseExpression) -> bool:
-        if isinstance(expr, cst.FormattedString):
-            for part in expr.parts:
-                if isinstance(part, cst.FormattedStringExpression) and self._bare_tensor(facts, part.expression):
+    @staticmethod
+    def _per_step(facts: Facts, node: cst.CSTNode, message: str, report: cst.CSTNode) -> Violation | None:
+        """The finding for a sync at `node` when it runs on every step of training (or of
+        an evaluation during training) and is the first wait of its iteration."""
+        ctx = facts.iteration_context(node)
+        if ctx is None:
+            return None
+        why = facts.hot_path(node)
+        if why is None:
+            return None
+        if _waited_before(facts, ctx.node, node) is not None:
+            return None  # the iteration just waited for the GPU: this copy costs nothing more
+        if _host_data_needed(facts, node):
+            return None  # the host copy is what the iteration is for (a CPU metric, a file, a drawing)
+        return Violation(report, message, why=why + _later_syncs(facts, ctx.node, node))
+
+
+def _item_sync(facts: Facts, call: cst.CSTNode) -> bool:
+    """`.item()` of a value that may be on the accelerator."""
+    if not isinstance(call, cst.Call) or call_name(call) != "item" or call.args or not isinstance(call.func, cst.Attribute):
+        return False
+    recv = call.func.value
+    # `x.detach().cpu().item()`: the `.cpu()` is where it waits, for the tensor before it
+    while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) \
+            and call_name(recv) in ("cpu", "detach", "float", "double") and not recv.args:
+        recv = recv.func.value
+    return not (_host_value(facts, recv) or isinstance(recv, (cst.Integer, cst.Float)))
+
+
+def _call_sync(facts: Facts, call: cst.Call) -> tuple[str, str] | None:
+    """("report", message) for a call PF202 reports when it runs every step, ("forced", "")
+    for a sync the code needs (`torch.cuda.synchronize()` that brackets a timer, actions
+    sent to an environment), None for no sync."""
+    name = call_name(call)
+    q = facts.qualname(call.func)
+    if q == "torch.cuda.synchronize":
+        if _brackets_a_timer(facts, call):
+            return "forced", ""  # timing a region needs the GPU idle at both ends
+        return "report", ("`torch.cuda.synchronize()` on every iteration stalls the CPU until the GPU is idle; "
+                          "synchronize only where you time or read results")
+    if isinstance(call.func, cst.Attribute) and name in ("cpu", "numpy", "tolist") and not call.args:
+        recv = call.func.value
+        if any(call_name(c) in _SYNC_METHODS for c in _inner_chain(recv)):
+            return None  # reported at the first sync of the chain
+        if any(call_name(c) == "item" for c in _outer_chain(facts, call)):
+            return None  # PF201 reports the chain
+        if not _device_tensor(facts, recv):
+            return None
+        if name == "cpu" and facts.has_kind(recv, "model"):
+            return None
+        if _feeds_environment(facts, call):
+            return "forced", ""
+        return "report", (f"`.{name}()` of a device tensor on every iteration copies it to the host and waits for the "
+                          "GPU; collect on the device and copy once after the loop (or every N steps)")
+    if isinstance(call.func, cst.Name) and name in ("float", "int", "bool") and q is None and len(call.args) == 1:
+        arg = call.args[0].value
+        if _device_tensor(facts, arg) and not any(call_name(c) in _SYNC_METHODS for c in _inner_chain(arg)):
+            return "report", f"`{name}()` of a tensor on every iteration reads it back from the GPU; " + _ON_DEVICE_HINT
+        return None
+    if isinstance(call.func, cst.Name) and name == "print" and q is None:
+        if any(_prints_tensor(facts, a.value) for a in call.args if a.keyword is None):
+            return "report", ("`print()` of a tensor on every iteration copies it to the host and waits for the GPU; "
+                              "print every N steps")
+    return None
+
+
+def _condition_sync(facts: Facts, node: cst.CSTNode) -> bool:
+    """`if` / `while` / `assert` on a tensor value (not a latch that stops reading once set)."""
+    if not isinstance(node, (cst.If, cst.While, cst.Assert)) or not _tensor_condition(facts, node.test):
+        return False
+    return not (isinstance(node, cst.If) and after_latch(node.test, node))
+
+
+def _sync_points(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
+    """Where one iteration of `region` (a training/evaluation loop or a per-step function)
+    waits for the GPU, in source order: `.item()`, host copies, `torch.cuda.synchronize()`
+    (a timer's too), branches on tensors, and calls of this file's per-step functions that
+    wait themselves."""
+    memo = facts.__dict__.setdefault("_sync_points_memo", {})
+    if region in memo:
+        return memo[region]
+    memo[region] = []  # recursion guard
+    points: list[cst.CSTNode] = []
+    for call in facts.calls_within(region):
+        ctx = facts.iteration_context(call)
+        if ctx is None or ctx.node is not region:
+            continue
+        if _item_sync(facts, call) or _call_sync(facts, call) is not None:
+            points.append(call)
+            continue
+        for fn in _local_callees(facts, call):
+            if fn is not region and facts.step_function_kind(fn) is not None and _sync_points(facts, fn):
+                points.append(call)
+                break
+    for cls in (cst.If, cst.While, cst.Assert):
+        for node in facts.nodes_within(region, cls):
+            ctx = facts.iteration_context(node)
+            if ctx is not None and ctx.node is region and _condition_sync(facts, node):
+                points.append(node)
+    points.sort(key=lambda n: facts.order.get(n, 0))
+    memo[region] = points
+    return points
+
+
+def _local_callees(facts: Facts, call: cst.Call) -> list[cst.FunctionDef]:
+    if isinstance(call.func, cst.Name):
+        return list(facts.functions_by_name.get(call.func.value, ()))
+    if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and call.func.value.value == "self":
+        return list(facts.functions_by_name.get(call.func.attr.value, ()))
+    return []
+
+
+def _waited_before(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
+    """The wait of the same iteration that makes `node` free: an earlier sync point with no
+    new GPU work queued between the two (`loss_meter.update(loss.item())` then
+    `acc_meter.update(acc.item())`). Once the GPU is drained, a read that waits for nothing
+    new costs only its copy. None when `node` waits for work of its own."""
+    return _group_of(facts, region).get(node)
+
+
+def _group_of(facts: Facts, region: cst.CSTNode) -> dict:
+    """sync point → the sync point that leads its group (absent for a group's leader)."""
+    memo = facts.__dict__.setdefault("_sync_groups_memo", {})
+    if region in memo:
+        return memo[region]
+    out: dict = {}
+    points = _sync_points(facts, region)
+    leader = None
+    prev = None
+    for p in points:
+        if prev is not None and leader is not None and not _gpu_work_between(facts, region, prev, p):
+            out[p] = leader
+        else:
+            leader = p
+        prev = p
+    memo[region] = out
+    return out
+
+
+def _gpu_work_between(facts: Facts, region: cst.CSTNode, prev: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """Whether anything between the end of `prev` and `node` (its own operand included)
+    queues GPU work: a torch op or tensor method on a device tensor, a model call,
+    backward, an optimizer step, or a call of a function of this file."""
+    if facts.is_inside(node, prev):
+        return False  # a print inside the `if` on a tensor: waited for by the test
+    lo = facts.order.get(prev, 0)
+    end = (facts._range(prev) or (lo, lo))[1]
+    hi = facts.order.get(node, 0)
+    operand = node.func.value if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) else (
+        node.args[0].value if isinstance(node, cst.Call) and node.args else None)
+    for c in facts.calls_within(region):
+        o = facts.order.get(c, 0)
+        inside_operand = operand is not None and (c is operand or facts.is_inside(c, operand))
+        if not (end < o < hi or inside_operand):
+            continue
+        if c is node or _item_sync(facts, c) or _call_sync(facts, c) is not None:
+            continue
+        if facts.is_backward_call(c) or facts.is_optimizer_step(c) or facts.has_kind(c.func, "model"):
+            return True
+        if _local_callees(facts, c):
+            return True
+        q = facts.qualname(c.func) or ""
+        if q.startswith("torch.") and _device_tensor(facts, c):
+            return True
+        if isinstance(c.func, cst.Attribute) and _device_tensor(facts, c.func.value) and _device_tensor(facts, c):
+            return True
+        if any(a.keyword is None and _device_tensor(facts, a.value) for a in c.args) \
+                and call_name(c) not in _LOG_METHODS and call_name(c) not in ("append", "extend"):
+            return True  # `accuracy(out, y)`: a helper that computes on the tensors it is given
+    return False
+
+
+def _first_sync(facts: Facts, region: cst.CSTNode) -> cst.CSTNode | None:
+    points = _sync_points(facts, region)
+    return points[0] if points else None
+
+
+def _later_syncs(facts: Facts, region: cst.CSTNode, first: cst.CSTNode) -> list:
+    """Why steps for the waits of the same iteration that `first` makes free."""
+    from perflint.analysis.hotpath import WhyStep, snippet
+
+    out = []
+    group = _group_of(facts, region)
+    for p in _sync_points(facts, region):
+        if group.get(p) is not first:
+            continue
+        text = snippet(p.test if isinstance(p, (cst.If, cst.While, cst.Assert)) else p)
+        out.append(WhyStep(p, f"`{text}` waits again in the same iteration (not reported apart: once the GPU is "
+                              "drained, a second read costs little)"))
+    return out
+
+
+_HOST_ROOTS = ("numpy.", "sklearn.", "scipy.", "PIL.", "cv2.", "imageio.", "soundfile.", "matplotlib.", "skimage.",
+               "librosa.", "pandas.", "nibabel.", "SimpleITK.", "json.", "pickle.", "csv.")
+_HOST_CALLS = {"imsave", "imwrite", "savefig", "save_image", "write", "writerow", "dump", "fromarray", "save", "savez",
+               "imshow", "plot", "draw", "rectangle", "putText"}
+
+
+def _host_data_needed(facts: Facts, node: cst.CSTNode) -> bool:
+    """The host copy feeds host-only work in the same iteration: a numpy / scikit-learn /
+    SciPy call (a CPU metric), an image, audio or array file, a drawing. Deferring the copy
+    past the loop would not remove it."""
+    if not isinstance(node, cst.Call):
+        return False
+    outer: cst.CSTNode = node
+    for c in _outer_chain(facts, node):
+        outer = c
+    values = [outer]
+    parent = facts.parent(outer)
+    if isinstance(parent, cst.Attribute) and parent.value is outer:
+        grand = facts.parent(parent)
+        if isinstance(grand, cst.Call) and grand.func is parent:
+            return True  # `.cpu().numpy().astype(np.uint8)`: numpy work on the copy
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+        name = parent.targets[0].target.value
+        fn = facts.enclosing_function(parent) or facts.module
+        values = list(facts.later_uses(name, fn, facts.order.get(parent.targets[0].target, 0)))[:20]
+    for v in values:
+        if _consumed_on_host(facts, v):
+            return True
+    return False
+
+
+def _consumed_on_host(facts: Facts, value: cst.CSTNode) -> bool:
+    cur = value
+    for a in facts.ancestors(value):
+        if isinstance(a, cst.Arg):
+            call = facts.parent(a)
+            if isinstance(call, cst.Call):
+                q = facts.qualname(call.func) or ""
+                if q.startswith(_HOST_ROOTS) or (call_name(call) or "") in _HOST_CALLS:
                     return True
             return False
-        return self._bare_tensor(facts, expr)
+        if isinstance(a, cst.For) and cur is a.iter:
+            return True  # a Python loop over the host values
+        if isinstance(a, cst.Attribute) and a.value is cur and isinstance(facts.parent(a), cst.Call):
+            q = facts.qualname(a) or ""
+            if a.attr.value in ("astype", "transpose", "squeeze", "reshape") and not q.startswith("torch."):
+                return "numpy" in facts.kinds(cur) or call_name(value) == "numpy"
+            return False
+        if isinstance(a, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return False
+        cur = a
+    return False
 
-    @staticmethod
-    def _bare_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
-        if any(call_name(c) in _SYNC_METHODS for c in _inner_chain(expr)):
-            return False  # `.item()` is PF201's
-        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in ("float", "int", "len", "str", "round"):
-            return False
-        return _device_tensor(facts, expr) and not facts.has_kind(expr, "model")
 
-    def _tensor_condition(self, facts: Facts, test: cst.BaseExpression) -> bool:
-        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            test = test.expression
-        if isinstance(test, cst.BooleanOperation):
-            return self._tensor_condition(facts, test.left) or self._tensor_condition(facts, test.right)
-        if any(call_name(c) in _SYNC_METHODS for c in _inner_chain(test)):
-            return False
-        if isinstance(test, cst.Comparison):
-            if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in test.comparisons):
-                return False
-            sides = [test.left] + [c.comparator for c in test.comparisons]
-            return any(self._strong_tensor(facts, s) for s in sides)
-        if isinstance(test, cst.Call):
-            q = facts.qualname(test.func) or ""
-            if q.startswith("torch.") and q.rsplit(".", 1)[-1] in ("isnan", "isinf", "isfinite", "any", "all", "equal", "allclose", "is_nonzero"):
-                return any(_device_tensor(facts, a.value) for a in test.args) or q.endswith(("equal", "allclose"))
-            if isinstance(test.func, cst.Attribute) and call_name(test) in ("any", "all", "isnan", "isinf", "is_nonzero", "equal", "allclose"):
-                return self._strong_tensor(facts, test.func.value)
-            return False
-        return self._strong_tensor(facts, test)
+def _prints_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.FormattedString):
+        for part in expr.parts:
+            if isinstance(part, cst.FormattedStringExpression) and _bare_tensor(facts, part.expression):
+                return True
+        return False
+    return _bare_tensor(facts, expr)
 
-    @staticmethod
-    def _strong_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
-        ks = facts.kinds(expr)
-        if _host_value(facts, expr):
+
+def _bare_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
+    if any(call_name(c) in _SYNC_METHODS for c in _inner_chain(expr)):
+        return False  # `.item()` is PF201's
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in ("float", "int", "len", "str", "round"):
+        return False
+    return _device_tensor(facts, expr) and not facts.has_kind(expr, "model")
+
+
+def _tensor_condition(facts: Facts, test: cst.BaseExpression) -> bool:
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test = test.expression
+    if isinstance(test, cst.BooleanOperation):
+        return _tensor_condition(facts, test.left) or _tensor_condition(facts, test.right)
+    if any(call_name(c) in _SYNC_METHODS for c in _inner_chain(test)):
+        return False
+    if isinstance(test, cst.Comparison):
+        if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in test.comparisons):
             return False
-        return bool(ks & {"loss", "device_tensor"}) or ("torch_op" in ks and "cpu_tensor" not in ks)
+        sides = [test.left] + [c.comparator for c in test.comparisons]
+        return any(_strong_tensor(facts, s) for s in sides)
+    if isinstance(test, cst.Call):
+        q = facts.qualname(test.func) or ""
+        if q.startswith("torch.") and q.rsplit(".", 1)[-1] in ("isnan", "isinf", "isfinite", "any", "all", "equal", "allclose", "is_nonzero"):
+            return any(_device_tensor(facts, a.value) for a in test.args) or q.endswith(("equal", "allclose"))
+        if isinstance(test.func, cst.Attribute) and call_name(test) in ("any", "all", "isnan", "isinf", "is_nonzero", "equal", "allclose"):
+            return _strong_tensor(facts, test.func.value)
+        return False
+    return _strong_tensor(facts, test)
+
+
+def _strong_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
+    ks = facts.kinds(expr)
+    if _host_value(facts, expr):
+        return False
+    return bool(ks & {"loss", "device_tensor"}) or ("torch_op" in ks and "cpu_tensor" not in ks)
 
 
 @register

@@ -474,6 +474,10 @@ class PerflintServer(LanguageServer):
         if not hits:
             return None
         parts = []
+        for d in hits:
+            if d.why:
+                steps = "\n".join(f"- {step}" for step in d.why)
+                parts.append(f"**{d.code}: why this runs on every step**\n\n{steps}")
         for code in dict.fromkeys(d.code for d in hits):
             md = rule_markdown(code)
             if md:

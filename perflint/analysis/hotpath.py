@@ -1,0 +1,259 @@
+"""Hot paths: the evidence that a node runs once per optimizer step (or once per evaluation
+batch), kept as a chain a user can check.
+
+`hot_path(node)` answers with the steps that lead from a loop to the node — the loop and what
+makes it a training or evaluation loop, the call that reaches a per-step helper, the inner
+loops and branches the node sits in — or None when the node does not run on every
+iteration (a throttled branch, code after `if step % every: return`, an exception handler,
+code that runs once). Each step names one node, so the engine can print its line:
+
+    line 40: `for it, (x, y) in enumerate(loader)` is a training loop
+    line 43: `loss.backward()` runs on each of its iterations
+    line 47: it calls `log_metrics(it, loss)` on each iteration
+    line 12: in `if args.amp:` (not a step-count test)
+
+Rules that claim a per-step cost (PF201–PF204) report only with such a chain and attach it
+to the finding (`Violation.why`); JSON output carries it as `why`, the language server shows
+it on hover, and `perflint check --show-why` prints it under each finding.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import libcst as cst
+
+from perflint.analysis.syntax import call_name
+
+_EMPTY = cst.Module(body=[])
+_CHECK_NAME = re.compile(r"^_*(check|verify|compare|assert)(_|$)|parity|equivalen", re.I)
+_CLOSENESS = {"torch.allclose", "torch.testing.assert_close", "torch.testing.assert_allclose", "numpy.allclose",
+              "numpy.testing.assert_allclose"}
+
+
+@dataclass(frozen=True)
+class WhyStep:
+    """One link of the chain: a node (its line is printed) and what it shows. `where` is
+    an already-known place in another file ("train.py:212"), used when `node` is None."""
+
+    node: cst.CSTNode | None
+    text: str
+    where: str | None = None
+
+
+def snippet(node: cst.CSTNode, limit: int = 60) -> str:
+    """The first line of `node`'s code, shortened to `limit` characters."""
+    if isinstance(node, cst.For):
+        text = f"for {_EMPTY.code_for_node(node.target)} in {_EMPTY.code_for_node(node.iter)}"
+    elif isinstance(node, cst.While):
+        text = f"while {_EMPTY.code_for_node(node.test)}"
+    elif isinstance(node, cst.If):
+        text = f"if {_EMPTY.code_for_node(node.test)}"
+    elif isinstance(node, cst.FunctionDef):
+        text = f"def {node.name.value}(...)"
+    else:
+        try:
+            text = _EMPTY.code_for_node(node)
+        except Exception:  # noqa: BLE001 - a node libcst cannot render alone
+            return "…"
+    text = " ".join(text.strip().splitlines()[0].split()) if text.strip() else text
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class HotPathMixin:
+    def hot_path(self, node: cst.CSTNode) -> list[WhyStep] | None:
+        """The chain of evidence that `node` runs on every training step, or on every batch
+        of an evaluation that runs during training; None when it does not (see
+        `iteration_context`), or when the evaluation is not part of training (an inference
+        script, a prediction or visualisation tool, an export, a parity check)."""
+        info = self.iteration_context(node)
+        if info is None:
+            return None
+        region = info.node
+        if self.once_only(region) or self.checks_parity(region):
+            return None
+        steps: list[WhyStep] = []
+        if info.kind == "eval":
+            during = self.during_training(region)
+            if during is None:
+                return None
+            steps += during
+        if isinstance(region, (cst.For, cst.While)):
+            steps += self._loop_evidence(region, info.kind)
+        else:
+            steps += self._step_function_evidence(region, info.kind)
+        steps += self._inner_context(node, region)
+        return steps
+
+    @cached_property
+    def trains(self) -> bool:
+        """The file trains: a training loop, or a per-step training function."""
+        return bool(self.training_loops()) or any(k == "train" for k in self._step_functions.values())
+
+    def during_training(self, region: cst.CSTNode) -> list[WhyStep] | None:
+        """For an evaluation loop or step: the evidence that it runs while a model trains —
+        the file trains too, Lightning's `validation_step`, or a file that trains calls
+        the function it sits in. None when nothing shows it (an inference or prediction
+        script, a tool run on its own)."""
+        fn = region if isinstance(region, cst.FunctionDef) else self.enclosing_function(region)
+        if fn is not None and fn.name.value == "validation_step":
+            return [WhyStep(fn, "Lightning runs `validation_step` during `fit`")]
+        if self.trains:
+            loop = next(iter(self.training_loops()), None)
+            if loop is not None:
+                return [WhyStep(loop, "this file trains (its training loop), so its evaluation runs during training")]
+            return [WhyStep(None, "this file trains (a per-step training function)")]
+        if self.project is None:
+            return None
+        from perflint.analysis.summary import _outer_function, _symbol_of
+
+        top = _outer_function(self, region) if not isinstance(region, cst.FunctionDef) or _symbol_of(self, region) is None else region
+        symbol = _symbol_of(self, top)
+        if symbol is None:
+            return None
+        if self.project.called_from_training(symbol):
+            return [WhyStep(top, f"`{symbol}` is called by a module that trains")]
+        cls = symbol.split(".")[0] if "." in symbol else None
+        if cls is not None and self.project.called_from_training(cls):
+            return [WhyStep(top, f"`{cls}` is used by a module that trains")]
+        return None
+
+    def once_only(self, loop: cst.CSTNode) -> bool:
+        """A loop whose body always ends in `return` or `break`: it runs one iteration
+        (a throughput probe that times the first batch and returns)."""
+        if not isinstance(loop, (cst.For, cst.While)):
+            return False
+        body = getattr(loop.body, "body", ())
+        if not body:
+            return False
+        last = body[-1]
+        if isinstance(last, cst.SimpleStatementLine) and last.body:
+            return isinstance(last.body[-1], (cst.Return, cst.Break))
+        return False
+
+    def checks_parity(self, region: cst.CSTNode) -> bool:
+        """Code that compares two implementations or checks a result rather than trains or
+        evaluates: the enclosing function is named like a check (`test_*`, `check_*`,
+        `verify_*`, `compare_*`, `*_parity`), or the region asserts closeness
+        (`torch.allclose`, `torch.testing.assert_close`, `np.testing.assert_*`)."""
+        fn = region if isinstance(region, cst.FunctionDef) else self.enclosing_function(region)
+        while fn is not None:
+            if _CHECK_NAME.search(fn.name.value):
+                return True
+            fn = self.enclosing_function(fn)
+        for c in self.calls_within(region):
+            q = self.qualname(c.func) or ""
+            if q in _CLOSENESS or q.startswith("numpy.testing.") or q.startswith("torch.testing."):
+                return True
+        return False
+
+    # -- the loop ----------------------------------------------------------------------------
+    def _loop_evidence(self, loop: cst.CSTNode, kind: str) -> list[WhyStep]:
+        what = "a training loop" if kind == "train" else "an evaluation loop"
+        steps = [WhyStep(loop, f"`{snippet(loop)}` is {what}")]
+        calls = self.direct_body_calls(loop)
+        if kind == "train":
+            for c in calls:
+                if self.is_backward_call(c) or self.is_optimizer_step(c) or self.is_scaler_call_step(c):
+                    steps.append(WhyStep(c, f"`{snippet(c)}` runs on each of its iterations"))
+                    return steps
+            for c in calls:  # a local function that runs backward
+                name = call_name(c)
+                for fn in self.functions_by_name.get(name or "", ()):
+                    if any(self.is_backward_call(x) for x in self.direct_body_calls(fn)):
+                        steps.append(WhyStep(c, f"it calls `{snippet(c)}`, which runs `.backward()`, on each iteration"))
+                        return steps
+            return steps
+        if isinstance(loop, cst.For) and self.iterates_loader(loop):
+            steps[0] = WhyStep(loop, f"`{snippet(loop)}` is {what} over batches of a data loader")
+        for c in calls:
+            ks = self.kinds(c.func)
+            if "model" in ks or "~model" in ks:
+                steps.append(WhyStep(c, f"`{snippet(c)}` runs the model on each batch"))
+                break
+        return steps
+
+    # -- per-step functions ----------------------------------------------------------------------
+    def _step_function_evidence(self, fn: cst.FunctionDef, kind: str) -> list[WhyStep]:
+        name = fn.name.value
+        caller = self.step_callers.get(fn)
+        if caller is not None:
+            path, line = caller[0], caller[1]
+            loop = "a training loop" if caller[2] == "train" else "an evaluation loop"
+            return [
+                WhyStep(None, f"{loop} calls `{name}` on each iteration", where=f"{_short(self, path)}:{line}"),
+                WhyStep(fn, f"`{name}` runs once per step"),
+            ]
+        if name == "training_step":
+            return [WhyStep(fn, "Lightning runs `training_step` once per optimizer step")]
+        if name in ("validation_step", "test_step", "predict_step"):
+            return [WhyStep(fn, f"Lightning runs `{name}` once per evaluation batch")]
+        for loop, loop_kind in self._loops.items():
+            for c in self.direct_body_calls(loop):
+                if call_name(c) == name and self.iteration_context_plain(c, loop) is not False \
+                        and self._may_call(c, fn):
+                    return [*self._loop_evidence(loop, loop_kind),
+                            WhyStep(c, f"it calls `{snippet(c)}` on each iteration")]
+        for c in self.direct_body_calls(fn):
+            if self.is_backward_call(c) or self.is_optimizer_step(c):
+                return [WhyStep(fn, f"`{name}` is a training step"),
+                        WhyStep(c, f"`{snippet(c)}` runs once per call")]
+        return [WhyStep(fn, f"`{name}` runs once per step")]
+
+    def _may_call(self, call: cst.Call, fn: cst.FunctionDef) -> bool:
+        """`call` may call `fn`: a plain name, `self.name(...)` in the same class, or a method
+        of a class of this file."""
+        if isinstance(call.func, cst.Name):
+            return self.scope_of(fn) is self.module or self.enclosing_function(fn) is not None
+        return isinstance(call.func, cst.Attribute)
+
+    # -- what lies between ----------------------------------------------------------------------
+    def _inner_context(self, node: cst.CSTNode, region: cst.CSTNode) -> list[WhyStep]:
+        """Inner loops and branches between the region and `node`, outermost first."""
+        out: list[WhyStep] = []
+        cur = node
+        for parent in self.ancestors(node):
+            if parent is region:
+                break
+            if isinstance(parent, cst.If) and cur is parent.body:
+                out.append(WhyStep(parent, f"in `{snippet(parent)}:`, which is not a step-count test"))
+            elif isinstance(parent, cst.If) and cur is parent.orelse:
+                out.append(WhyStep(parent, f"in the `else` of `{snippet(parent)}:`"))
+            elif isinstance(parent, (cst.For, cst.While)) and cur is parent.body:
+                out.append(WhyStep(parent, f"in the inner loop `{snippet(parent)}`, on every step"))
+            cur = parent
+        out.reverse()
+        return out
+
+
+def _short(facts, path: str) -> str:
+    import os
+    from pathlib import Path
+
+    root = getattr(getattr(facts.project, "index", None), "root", None)
+    shown = os.path.relpath(path, root) if root else os.path.basename(path)
+    return Path(shown).as_posix()
+
+
+def render_why(steps, offsets: dict, lines, notebook=None) -> tuple[str, ...]:
+    """The chain as short lines ("line 40: `for ...` is a training loop"), for a finding.
+    `offsets` maps nodes to character ranges (see `perflint.positions.node_offsets`)."""
+    out = []
+    for step in steps or ():
+        if step.node is None:
+            out.append(f"{step.where}: {step.text}" if step.where else step.text)
+            continue
+        span = offsets.get(step.node)
+        if span is None:
+            out.append(step.text)
+            continue
+        row, _ = lines.row_col(span[0])
+        if notebook is not None:
+            cell, row = notebook.locate(row)
+            out.append(f"cell {cell}, line {row}: {step.text}")
+        else:
+            out.append(f"line {row}: {step.text}")
+    return tuple(out)
