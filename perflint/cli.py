@@ -7,13 +7,14 @@ fixed (the other files are still checked and reported).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
 
 import click
 
-from perflint import __version__
+from perflint import __version__, install_hint
 from perflint.config import ConfigError, Resolver, parse_version
 from perflint.report import FORMATS, display_path
 
@@ -178,12 +179,13 @@ def _render(outcome, output_format: str, unsafe: bool, statistics: bool, quiet: 
 
             text.statistics(_console(stderr=stderr), results, unsafe)
         return
+    errors = outcome.all_errors
     if output_format == "json":
-        click.echo(machine.to_json(results), err=stderr)
+        click.echo(machine.to_json(results, errors), err=stderr)
     elif output_format == "sarif":
-        click.echo(machine.to_sarif(results), err=stderr)
+        click.echo(machine.to_sarif(results, errors), err=stderr)
     elif output_format == "github":
-        out = machine.to_github(results)
+        out = machine.to_github(results, errors)
         if out:
             click.echo(out, err=stderr)
     else:
@@ -200,7 +202,24 @@ def _render(outcome, output_format: str, unsafe: bool, statistics: bool, quiet: 
                          config_errors=any(e.kind.value == "config-error" for e in outcome.all_errors))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """A command group whose `--help` lists each command's whole first paragraph (click cuts
+    them at 45 characters)."""
+
+    def format_commands(self, ctx, formatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is None or cmd.hidden:
+                continue
+            first = " ".join((cmd.help or "").split("\n\n")[0].split())
+            rows.append((name, first))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="perflint")
 def main() -> None:
     """perflint: find and fix PyTorch training-performance anti-patterns."""
@@ -222,11 +241,13 @@ def _stdin_source(paths, stdin_filename) -> bytes | None:
 def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
          no_respect_gitignore, force_exclude, jobs, no_cache, quiet, output_format, statistics=False,
          exit_zero=False, fix=False, unsafe_fixes=None, diff=False, show_fixes=False, stdin_filename=None,
-         show_why=False):
+         show_why=False, output_file=None, add_noqa=False):
     """The body of `check` and `fix`: run, print, and exit with the right status."""
     from perflint import ownership, runner
 
     ownership.own()
+    if add_noqa and (fix or diff or stdin_filename or "-" in paths):
+        raise click.UsageError("--add-noqa edits the files checked: it cannot be combined with --fix, --diff or stdin")
 
     resolver = _resolver(select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
                          no_respect_gitignore, unsafe=unsafe_fixes)
@@ -239,6 +260,16 @@ def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exc
             use_cache=not no_cache, jobs=jobs, force_exclude=force_exclude, progress=factory,
             stdin=stdin, stdin_filename=stdin_filename,
         )
+    except KeyboardInterrupt as exc:
+        if progress is not None:
+            progress.stop()
+        written = getattr(exc, "written", [])
+        n = len(written)
+        what = (f"{n} fixed file{'s were' if n != 1 else ' was'} already written" if fix and not diff
+                else "no file was written")
+        click.echo(f"Interrupted: {what}; the other files are unchanged." if fix and not diff
+                   else f"Interrupted: {what}.", err=True)
+        sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - a bug: one line, not a traceback
         if progress is not None:
             progress.stop()
@@ -252,7 +283,15 @@ def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exc
     finally:
         if progress is not None:
             progress.stop()
+    if stdin is None and outcome.files == 0 and not outcome.all_errors:
+        # As ruff: say that nothing was checked rather than "All checks passed!".
+        where = ", ".join(display_path(p) for p in (paths or (".",)))
+        click.echo(f"warning: No Python files found under {where}", err=True)
+        sys.exit(EXIT_CLEAN)
     errors = outcome.all_errors
+    if add_noqa:
+        _print_errors(errors, outcome.warnings)
+        sys.exit(_add_noqa(outcome.results, quiet) or (EXIT_ERROR if errors else EXIT_CLEAN))
     _print_errors(errors, outcome.warnings)
     unsafe = bool(unsafe_fixes) if unsafe_fixes is not None else outcome.unsafe_any
     changed = [r for r in outcome.results if r.fixed_bytes is not None]
@@ -269,19 +308,22 @@ def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exc
         sys.stdout.buffer.flush()
         if show_fixes:
             _show_fixes(changed, stderr=True)
-        _render(outcome, output_format, unsafe, statistics, quiet, fixed=(fixed, uncovered), stderr=True,
-                given=given)
+        with _report_to(output_file):
+            _render(outcome, output_format, unsafe, statistics, quiet, fixed=(fixed, uncovered),
+                    stderr=output_file is None, given=given)
     elif diff:
-        for r in changed:
-            click.echo(_unified_diff(r), nl=False)
+        with _report_to(output_file):
+            for r in changed:
+                click.echo(_unified_diff(r), nl=False)
         if not quiet:
-            click.echo(_fixed_line("Would fix", fixed, uncovered) if fixed or uncovered else "No fixes available.",
-                       err=True)
+            click.echo(_fixed_line("Would fix", fixed, uncovered) if fixed or uncovered else
+                       _no_fixes_line(outcome.results, unsafe), err=True)
     else:
-        if show_fixes and fix:
-            _show_fixes(changed)
-        _render(outcome, output_format, unsafe, statistics, quiet, fixed=(fixed, uncovered) if fix else (0, 0),
-                given=given, show_why=show_why)
+        with _report_to(output_file):
+            if show_fixes and fix:
+                _show_fixes(changed)
+            _render(outcome, output_format, unsafe, statistics, quiet, fixed=(fixed, uncovered) if fix else (0, 0),
+                    given=given, show_why=show_why)
     if errors:
         sys.exit(EXIT_ERROR)
     if diff:
@@ -289,6 +331,66 @@ def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exc
     if any(r.diagnostics for r in outcome.results) and not exit_zero:
         sys.exit(EXIT_FINDINGS)
     sys.exit(EXIT_CLEAN)
+
+
+def _add_noqa(results, quiet: bool) -> int:
+    """Write `# noqa` comments for the findings; 2 if a file could not be written, else 0."""
+    from perflint.addnoqa import add_noqa
+    from perflint.source import SourceError, atomic_write, read_source
+
+    added, failed = 0, False
+    for r in results:
+        if not r.diagnostics:
+            continue
+        if r.path.endswith(".ipynb"):
+            click.echo(f"warning: {display_path(r.path)}: --add-noqa does not edit notebooks; "
+                       f"{len(r.diagnostics)} finding(s) left", err=True)
+            continue
+        rows: dict[int, set[str]] = {}
+        for d in r.diagnostics:
+            rows.setdefault(d.location.row, set()).add(d.code)
+        try:
+            src = read_source(r.path)
+            edit = add_noqa(src.text, rows)
+            for row in edit.skipped:
+                click.echo(f"warning: {display_path(r.path)}:{row}: the line ends inside a string; "
+                           "no noqa comment added", err=True)
+            if edit.added:
+                atomic_write(r.path, src.encode(edit.text))
+                added += edit.added
+        except (OSError, SourceError, UnicodeEncodeError) as exc:
+            message = getattr(exc, "strerror", None) or getattr(exc, "message", None) or str(exc)
+            click.echo(f"error: {display_path(r.path)}: not written: {message}", err=True)
+            failed = True
+    if not quiet:
+        click.echo(f"Added {added} noqa directive{'s' if added != 1 else ''}.")
+    return EXIT_ERROR if failed else 0
+
+
+@contextlib.contextmanager
+def _report_to(output_file: str | None):
+    """Send the report (what goes to stdout) to `output_file` instead, as ruff's -o does."""
+    if output_file is None:
+        yield
+        return
+    try:
+        fh = open(output_file, "w", encoding="utf-8")
+    except OSError as exc:
+        _fail(f"{output_file}: cannot write the report: {exc.strerror or exc}")
+    with fh, contextlib.redirect_stdout(fh):
+        yield
+
+
+def _no_fixes_line(results, unsafe: bool) -> str:
+    """`fix --diff` with nothing to show: say so, and how many unsafe fixes wait for the flag."""
+    from perflint.report.counts import fixable_counts
+
+    _, n_unsafe = fixable_counts(results)
+    if n_unsafe and not unsafe:
+        return (f"No safe fixes available; {n_unsafe} unsafe fix{'es' if n_unsafe != 1 else ''} "
+                f"{'are' if n_unsafe != 1 else 'is'} available: add --unsafe-fixes to see "
+                f"{'them' if n_unsafe != 1 else 'it'}.")
+    return "No fixes available."
 
 
 def _fixed_line(verb: str, fixed: int, uncovered: int) -> str:
@@ -325,11 +427,19 @@ def _show_fixes(changed, stderr: bool = False) -> None:
     console.print()
 
 
-output_format_option = click.option(
+_format_option = click.option(
     "--output-format", type=click.Choice(FORMATS), default="full", show_default=True,
     help="full: source line and caret; concise: one line each; json: ruff-compatible objects; "
          "sarif: SARIF 2.1.0 for code scanning; github: workflow annotations.",
 )
+_output_file_option = click.option(
+    "-o", "--output-file", type=click.Path(dir_okay=False), default=None,
+    help="Write the report to this file instead of standard output (errors still go to stderr).",
+)
+
+
+def output_format_option(f):
+    return _format_option(_output_file_option(f))
 
 
 @main.command()
@@ -342,11 +452,14 @@ output_format_option = click.option(
 @click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Treat unsafe fixes as available (and apply them with --fix).")
 @click.option("--diff", is_flag=True, help="With --fix (implied): print a unified diff of the fixes and write nothing.")
 @click.option("--show-fixes", is_flag=True, help="With --fix: list the fixes applied, by file and rule.")
+@click.option("--add-noqa", is_flag=True,
+              help="Add `# noqa: PFxxx` to every line with a finding (merging into an existing noqa list), "
+                   "so that CI can start strict on new code.")
 @click.option("--show-why", is_flag=True,
               help="Under each per-step finding, the evidence that its code runs on every step (the loop, the call, the branch).")
 def check(paths, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
           no_respect_gitignore, force_exclude, jobs, no_cache, quiet, stdin_filename, output_format, statistics,
-          exit_zero, fix, unsafe_fixes, diff, show_fixes, show_why):
+          exit_zero, fix, unsafe_fixes, diff, show_fixes, add_noqa, show_why, output_file):
     """Report anti-patterns in PATHS (default: the current folder).
 
     Finds .py files and Jupyter notebooks, honouring .gitignore and the configured
@@ -358,7 +471,7 @@ def check(paths, select, extend_select, ignore, target_torch, config_file, exclu
          no_respect_gitignore=no_respect_gitignore, force_exclude=force_exclude, jobs=jobs, no_cache=no_cache,
          quiet=quiet, output_format=output_format, statistics=statistics, exit_zero=exit_zero,
          fix=fix or diff, unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes, stdin_filename=stdin_filename,
-         show_why=show_why)
+         show_why=show_why, output_file=output_file, add_noqa=add_noqa)
 
 
 @main.command()
@@ -370,7 +483,8 @@ def check(paths, select, extend_select, ignore, target_torch, config_file, exclu
 @output_format_option
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2).")
 def fix(paths, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude, no_respect_gitignore,
-        force_exclude, jobs, no_cache, quiet, stdin_filename, unsafe_fixes, diff, show_fixes, output_format, exit_zero):
+        force_exclude, jobs, no_cache, quiet, stdin_filename, unsafe_fixes, diff, show_fixes, output_format,
+        output_file, exit_zero):
     """Apply safe fixes (and unsafe ones with --unsafe-fixes) to PATHS, then report what is left.
 
     A fixed file is written only if it still parses, through a temporary file renamed over
@@ -382,7 +496,7 @@ def fix(paths, select, extend_select, ignore, target_torch, config_file, exclude
          config_file=config_file, exclude=exclude, extend_exclude=extend_exclude,
          no_respect_gitignore=no_respect_gitignore, force_exclude=force_exclude, jobs=jobs, no_cache=no_cache,
          quiet=quiet, output_format=output_format, exit_zero=exit_zero, fix=True, unsafe_fixes=unsafe_fixes,
-         diff=diff, show_fixes=show_fixes, stdin_filename=stdin_filename)
+         diff=diff, show_fixes=show_fixes, stdin_filename=stdin_filename, output_file=output_file)
 
 
 def _unified_diff(r) -> str:
@@ -485,17 +599,23 @@ def rules(output_format):
 
         click.echo(json.dumps([_rule_json(r) for r in registry.values()], indent=2))
         return
+    header = ("code", "name", "fix", "default", "severity", "applies to")
+    rows = [(r.code, r.name, r.fix_class, "on" if r.default else "off", r.severity.value, _versions(r))
+            for r in registry.values()]
+    console = _console()
+    if not console.is_terminal:
+        # Piped: plain columns, one rule a line, nothing drawn (for grep, cut, awk).
+        widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
+        for row in (header, *rows):
+            click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+        return
     from rich.table import Table
 
     table = Table(title="perflint rules")
-    for col, kw in (("code", {"no_wrap": True}), ("name", {"no_wrap": True}), ("fix", {}), ("default", {}),
-                    ("severity", {}), ("applies to", {})):
-        table.add_column(col, **kw)
-    for r in registry.values():
-        table.add_row(r.code, r.name, r.fix_class, "on" if r.default else "off", r.severity.value, _versions(r))
-    console = _console()
-    if not console.is_terminal:
-        console.width = max(console.width, 160)  # piped: never truncate a name
+    for col in header:
+        table.add_column(col, no_wrap=col in ("code", "name"))
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
 
 
@@ -522,12 +642,11 @@ def verify(script, fixed, unsafe_fixes, steps, warmup, repeats, max_time, precis
     """
     if not _torch_importable():
         _fail(f"`perflint verify` runs the scripts under torch, which {sys.executable} cannot import; "
-              "install it with `pip install 'torch-perflint[runtime]'`")
+              f"install it with `{install_hint('runtime')}`")
     try:
         from perflint_runtime.verify import main as verify_main
     except ImportError as exc:
-        _fail(f"`perflint verify` needs the runtime package ({exc}); install with "
-              "`pip install 'torch-perflint[runtime]'`")
+        _fail(f"`perflint verify` needs the runtime package ({exc}); install with `{install_hint('runtime')}`")
     try:
         target = parse_version(target_torch, "--target-torch") if target_torch else None
     except ConfigError as exc:
@@ -558,8 +677,10 @@ def _fail(message: str) -> None:
 
 @main.command()
 def server():
-    """Run the language server on stdin/stdout, for editors (needs the `server` extra:
-    pip install "torch-perflint[server]").  Settings come from pyproject.toml as for `check`."""
+    """Run the language server on stdin/stdout, for editors (needs the `server` extra).
+
+    Install the extra with `pip install "torch-perflint[server]"` (from a checkout:
+    `pip install -e ".[server]"`).  Settings come from pyproject.toml as for `check`."""
     from perflint.server import main as server_main
 
     sys.exit(server_main())

@@ -503,11 +503,14 @@ def fix_text(
     fixable: Callable[[str], bool] | None = None,
     project=None,
     first: list | None = None,
+    last: list | None = None,
 ) -> tuple[str, dict[str, int], list[FileError]]:
     """Apply fixes to a fixed point. Returns (new text, findings fixed by code, errors).
 
     A fix that several findings share counts once for each of them (a finding is what a
-    user sees).  `first`, when given, receives the analysis of the text as it came.
+    user sees).  `first`, when given, receives the analysis of the text as it came;
+    `last`, the analysis of the text returned when the loop ended on it (nothing left to
+    apply), so that the caller need not analyse the fixed text once more.
 
     The text is only ever replaced by a version that parses: when a pass produces code that
     does not parse, the fixes that break it on their own are dropped and reported (their
@@ -555,6 +558,8 @@ def fix_text(
                 codes.append(rule.code)
                 counts.append({rule.code: 1})
         if not plans:
+            if last is not None:
+                last.append((text, analysis))
             return text, applied, errors
         chosen = _non_overlapping(analysis.facts, plans)
         chosen_codes = [codes[next(i for i, p in enumerate(plans) if p is plan)] for plan in chosen]
@@ -587,6 +592,8 @@ def fix_text(
                 ))
                 return text, applied, errors
         if new_text == text:
+            if last is not None:
+                last.append((text, analysis))
             return text, applied, errors
         for count in chosen_counts:
             for code, n in count.items():
@@ -612,8 +619,9 @@ def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, 
             result.errors.append(_in_cell(err, src))
         return result
     first: list = []
+    last: list = []
     new_text, applied, errors = fix_text(src.text, path, options, unsafe, fixable=fixable, project=project,
-                                         first=first)
+                                         first=first, last=last)
     if any(e.kind in (ErrorKind.SYNTAX, ErrorKind.PARSE) for e in errors):
         result.errors.extend(_in_cell(e, src) for e in errors)
         return result
@@ -638,7 +646,10 @@ def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, 
             result.errors.append(src2)
             return result
         src = src2
-    analysis = _analyze(src.text, path, rules, options.target_torch, project)
+    if last and last[0][0] == src.text:
+        analysis = last[0][1]  # the fix loop ended by analysing exactly this text
+    else:
+        analysis = _analyze(src.text, path, rules, options.target_torch, project)
     if isinstance(analysis, FileError):
         result.errors.append(_in_cell(analysis, src))
         return result

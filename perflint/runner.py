@@ -32,6 +32,7 @@ class RunOutcome:
     errors: list[FileError] = field(default_factory=list)  # not tied to one checked file
     warnings: list[FileError] = field(default_factory=list)  # skipped, not errors (dangling links)
     files: int = 0
+    written: list[str] = field(default_factory=list)  # files replaced by their fixed versions
     cached: int = 0
     skipped: int = 0
     unsafe_any: bool = False  # a configuration that governs a checked file has unsafe-fixes = true
@@ -177,6 +178,8 @@ def run(
     try:
         return _run_phases(outcome, f, paths, use_cache=use_cache, fix=fix, diff=diff, stdin=stdin is not None,
                            workers=workers, on_start_for=on_start_for, pool=pool)
+    except KeyboardInterrupt:
+        raise Interrupted(outcome.written) from None
     finally:
         engine.TREES.clear()
         if pool is not None:
@@ -260,6 +263,8 @@ def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: 
         for r in results.values():
             if r.fixed_bytes is not None:
                 _write(r)
+                if r.fixed_bytes is not None:
+                    outcome.written.append(r.path)
     if use_cache:
         for r in results.values():
             if r.from_cache or r.errors or r.path not in fingerprints:
@@ -322,6 +327,14 @@ def _stdin_file(name: str, resolver: Resolver, force_exclude: bool):
         return out
     out.files.append((Path(name), settings))
     return out
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run; `written` files had already been replaced by their fixed versions."""
+
+    def __init__(self, written: list[str]) -> None:
+        super().__init__()
+        self.written = list(written)
 
 
 def _write(r: FileResult) -> None:

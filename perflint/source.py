@@ -33,8 +33,11 @@ class SourceError(Exception):
 CELL_BOUNDARY = "# perflint: cell boundary"
 MAGIC_PLACEHOLDER = "pass  # perflint: ipython magic"
 CELL_MAGIC_PLACEHOLDER = "pass  # perflint: ipython cell magic"
-# Line magics, shell escapes, help (`?obj`, `obj?`), and `x = !cmd` / `x = %magic`.
-_MAGIC_RE = re.compile(r"^\s*(?:[%!?]|[\w.]+\s*=\s*[%!])|\?\s*$")
+# Line magics, shell escapes, help (`?obj`, `obj?`), `x = !cmd` / `x = %magic`, and the
+# automagics IPython runs without their `%` (it has automagic on by default): `pip install …`,
+# `conda install …`.
+_MAGIC_RE = re.compile(r"^\s*(?:[%!?]|[\w.]+\s*=\s*[%!]|(?:pip|conda|mamba)\s+(?:install|uninstall|list|show)\b)"
+                       r"|\?\s*$")
 
 
 @dataclass

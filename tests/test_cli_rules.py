@@ -93,9 +93,12 @@ def test_rule_all_json():
 def test_rules_lists_code_name_fix_class_and_default_in_a_table():
     r = run("rules")
     assert r.exit_code == 0
+    # piped (as here): plain columns, nothing drawn, one rule a line
+    assert not re.search(r"[│┃┏━┡─]", r.stdout)
+    assert r.stdout.splitlines()[0].split()[:2] == ["code", "name"]
     rows = {}
     for line in r.stdout.splitlines():
-        cells = [c.strip() for c in re.split(r"[│┃|]", line) if c.strip()]
+        cells = [c.strip() for c in re.split(r"\s{2,}", line) if c.strip()]
         if cells and re.fullmatch(r"PF\d{3}", cells[0]):
             rows[cells[0]] = cells
     assert set(rows) == set(all_rules())

@@ -202,3 +202,21 @@ def test_editing_one_cell_changes_only_that_cells_source(cells, as_list, indent,
     window = text[prefix : len(text) - suffix]
     for key in ('"cell_type"', '"metadata"', '"outputs"', '"execution_count"', '"nbformat"'):
         assert key not in window
+
+
+def test_automagic_pip_install_is_not_a_syntax_error(proj):
+    # IPython runs `pip install …` without its `%` (automagic): Jupyter accepts the cell.
+    nb = jupyter_notebook()
+    nb["cells"][5]["source"] = "pip install torch\nconda install -y numpy\nscaler = torch.cuda.amp.GradScaler()\n"
+    write(proj, {"nb.ipynb": dump(nb)})
+    r = run("check", "--no-cache", "--output-format", "concise", "--select", "PF402")
+    assert r.exit_code == 1, r.output
+    assert "nb.ipynb:cell 6:3:10: PF402" in r.stdout
+    fixed = run("fix", "--no-cache", "--select", "PF402")
+    assert fixed.exit_code == 0, fixed.output
+    cell = json.loads((proj / "nb.ipynb").read_text())["cells"][5]["source"]
+    assert "".join(cell).startswith("pip install torch\nconda install -y numpy\n")
+    # a name that merely starts like it is still Python: `pip_install = 1` parses, untouched
+    nb["cells"][5]["source"] = "pipeline = 1\npip install torch\n"
+    write(proj, {"nb.ipynb": dump(nb)})
+    assert run("check", "--no-cache", "--select", "PF402").exit_code == 1

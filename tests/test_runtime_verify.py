@@ -171,7 +171,9 @@ def test_without_torch_exits_2_with_one_line(monkeypatch, project):
     result = invoke(project)
     assert result.exit_code == 2
     assert result.output.count("\n") == 1 and result.output.startswith("error: `perflint verify`")
-    assert "cannot import" in result.output and "torch-perflint[runtime]" in result.output
+    from perflint import install_hint
+
+    assert "cannot import" in result.output and f"`{install_hint('runtime')}`" in result.output
 
 
 def test_explicit_fixed_script_is_used_as_given(monkeypatch, project, tmp_path):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from urllib.parse import quote
 
 from perflint import __version__
-from perflint.diagnostics import FileResult
+from perflint.diagnostics import FileError, FileResult
 
 _SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 _GITHUB_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
@@ -18,10 +19,36 @@ def _loc(loc) -> dict:
     return {"column": loc.column, "row": loc.row}
 
 
-def to_json(results: list[FileResult]) -> str:
+_AT = re.compile(r"(?:^|\b)line (\d+), column (\d+)")
+
+
+def _error_position(e: FileError) -> tuple[int, int]:
+    """Where a file error points (a syntax error's line and column), else 1:1."""
+    m = _AT.search(e.message)
+    return (int(m.group(1)), int(m.group(2))) if m else (1, 1)
+
+
+def _error_text(e: FileError) -> str:
+    return f"{e.kind.value}: {e.message}"
+
+
+def _errors_json(errors) -> list[dict]:
+    """A file that could not be read, parsed or fixed, as ruff reports a syntax error: an
+    object with `code` null."""
+    out = []
+    for e in errors:
+        row, col = _error_position(e)
+        out.append({"cell": None, "code": None, "end_location": {"column": col, "row": row},
+                    "filename": os.path.abspath(e.path), "fix": None, "location": {"column": col, "row": row},
+                    "message": _error_text(e), "name": e.kind.value, "noqa_row": None, "severity": "error",
+                    "url": None, "why": []})
+    return out
+
+
+def to_json(results: list[FileResult], errors=()) -> str:
     from perflint.rules import docs_url
 
-    out = []
+    out = _errors_json(errors)
     for r in results:
         filename = os.path.abspath(r.path)
         for d in r.diagnostics:
@@ -76,7 +103,7 @@ def _artifact(path: str) -> dict:
     return {"uri": quote(Path(rel).as_posix()), "uriBaseId": "%SRCROOT%"}
 
 
-def to_sarif(results: list[FileResult]) -> str:
+def to_sarif(results: list[FileResult], errors=()) -> str:
     from perflint.rules import docs_url
     from perflint.selection import rule_records
 
@@ -143,11 +170,29 @@ def to_sarif(results: list[FileResult]) -> str:
                     }
                 },
                 "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().as_uri() + "/"}},
+                # Files that could not be read, parsed or fixed: the run did not analyse them.
+                "invocations": [
+                    {
+                        "executionSuccessful": not errors,
+                        "toolExecutionNotifications": [_sarif_notification(e) for e in errors],
+                    }
+                ],
                 "results": sarif_results,
             }
         ],
     }
     return json.dumps(doc, indent=2)
+
+
+def _sarif_notification(e: FileError) -> dict:
+    row, col = _error_position(e)
+    return {
+        "level": "error",
+        "message": {"text": f"{e.path}: {_error_text(e)}"},
+        "descriptor": {"id": e.kind.value},
+        "locations": [{"physicalLocation": {"artifactLocation": _artifact(e.path),
+                                            "region": {"startLine": row, "startColumn": col}}}],
+    }
 
 
 def _gh_escape(text: str, prop: bool = False) -> str:
@@ -157,8 +202,13 @@ def _gh_escape(text: str, prop: bool = False) -> str:
     return text
 
 
-def to_github(results: list[FileResult]) -> str:
+def to_github(results: list[FileResult], errors=()) -> str:
     lines = []
+    for e in errors:
+        path = Path(os.path.relpath(os.path.abspath(e.path))).as_posix()
+        row, col = _error_position(e)
+        props = f"file={_gh_escape(path, True)},line={row},col={col},title={_gh_escape(f'perflint ({e.kind.value})', True)}"
+        lines.append(f"::error {props}::{_gh_escape(f'{path}:{row}:{col}: {_error_text(e)}')}")
     for r in results:
         path = Path(os.path.relpath(os.path.abspath(r.path))).as_posix()
         for d in r.diagnostics:

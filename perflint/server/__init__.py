@@ -11,7 +11,6 @@ import logging
 import os
 import sys
 
-INSTALL_HINT = 'pip install "torch-perflint[server]"'
 
 
 def main() -> int:
@@ -20,8 +19,10 @@ def main() -> int:
         import lsprotocol  # noqa: F401
         import pygls  # noqa: F401
     except ImportError as exc:
-        print(f"error: `perflint server` needs pygls and lsprotocol ({exc}); install them with {INSTALL_HINT}",
-              file=sys.stderr)
+        from perflint import install_hint
+
+        print(f"error: `perflint server` needs pygls and lsprotocol ({exc}); install them with "
+              f"`{install_hint('server')}`", file=sys.stderr)
         return 2
     level = os.environ.get("PERFLINT_LOG", "WARNING").upper()
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, level, logging.WARNING),
