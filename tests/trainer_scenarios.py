@@ -218,13 +218,15 @@ def scenario_fsdp(rank, out):
     result["fsdp_files"] = sorted(os.listdir(os.path.join(state_dir, "step_000000002")))
 
     trainer, model, optimizer, loader = run("fsdp", seed=rank, activation_checkpointing=True)
-    trainer.fit(model, optimizer, loader, loss_fn, steps=4)
-    result["fsdp_ac"] = trainer.full_state_dict(model)
-    result["forwards_ac"] = [block.forwards for block in model.blocks]
-
+    # evaluated before any training (FSDP's first forward): training must still work afterwards
     numbers = trainer.dataloader(Numbers(13), 2, evaluation=True, num_workers=0)  # 7 and 6 numbers: 4 and 3 batches
     result["fsdp_eval"] = trainer.evaluate(model, numbers, lambda m, b: {"v": b[:, 0] + 0 * m(b.repeat(1, 10))[:, 0]})
     result["fsdp_mode_after_eval"] = model.training
+    for block in model.blocks:
+        block.forwards = 0
+    trainer.fit(model, optimizer, loader, loss_fn, steps=4)
+    result["fsdp_ac"] = trainer.full_state_dict(model)
+    result["forwards_ac"] = [block.forwards for block in model.blocks]
     return result
 
 

@@ -488,7 +488,8 @@ class Trainer:
 
         `fn(model, batch)` returns `{name: tensor of shape [batch size]}` (a loss with
         `reduction="none"`, `(logits.argmax(1) == y).float()`...).  It runs in eval mode under
-        `inference_mode` and autocast; every sample counts exactly once over the ranks: the
+        `inference_mode` (`no_grad` under FSDP) and autocast; every sample counts exactly once
+        over the ranks: the
         padding a DistributedSampler adds is left out.  The model is put back in the mode it
         was in.  A collective: every rank calls it."""
         sums, count = self._evaluation(model, loader, fn, keep=None)
@@ -520,7 +521,9 @@ class Trainer:
         last = None
         iterator = iter(loader)
         try:
-            with torch.inference_mode(), self.autocast():
+            # FSDP allocates its gather buffers on the first forward: made under inference_mode they
+            # could not be used by training afterwards, so FSDP evaluates under no_grad
+            with (torch.no_grad() if fsdp else torch.inference_mode()), self.autocast():
                 while True:
                     batch = next(iterator, None)
                     if lockstep:  # FSDP gathers each layer's weights: every rank runs the same forwards
