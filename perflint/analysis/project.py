@@ -379,6 +379,43 @@ class ProjectIndex:
                 return True
         return False
 
+    def _imports_of(self, path: str) -> set[str]:
+        """The project files `path` imports (any import form)."""
+        key = ("imports_of", path)
+        if key not in self._memo:
+            summary = self.summaries.get(path) or {}
+            refs = list(summary.get("imports", {}).values()) + list(summary.get("relative", {}).values())
+            refs += list(summary.get("stars", ()))
+            out = set()
+            for ref in refs:
+                w = self.resolve(path, ref)
+                if w is not None and w[0] != path:
+                    out.add(w[0])
+            self._memo[key] = out
+        return self._memo[key]
+
+    def settings_near(self, path: str) -> dict | None:
+        """What the modules around `path` set up: {"settings": the settings (TF32,
+        cudnn_benchmark, deterministic, amp) made by the project files `path` imports
+        (transitively: a base class's module) or that import it (transitively: the entry
+        point), "imported": whether another project file imports `path` (a library module,
+        not an entry point)}."""
+        found: set[str] = set()
+        down, frontier = {path}, [path]
+        for _ in range(MAX_DEPTH):
+            frontier = [m for p in frontier for m in self._imports_of(p) if m not in down]
+            down.update(frontier)
+        importers = {p for p in self.summaries if p != path and path in self._imports_of(p)}
+        up, frontier = set(importers), list(importers)
+        for _ in range(MAX_DEPTH):
+            frontier = [q for p in frontier for q in self.summaries if q not in up and q != path and p in self._imports_of(q)]
+            up.update(frontier)
+        for p in (down | up) - {path}:
+            found.update((self.summaries.get(p) or {}).get("settings", ()))
+        if not found and not importers:
+            return None  # nothing around: the file's own analysis decides
+        return {"settings": sorted(found), "imported": bool(importers)}
+
     def param_kinds(self, where: tuple[str, str], index: int, name: str) -> frozenset[str]:
         """Kinds every known call site of `where` passes for a parameter (empty unless all agree)."""
         if self._calls_to is None:
@@ -535,6 +572,11 @@ class ProjectView:
                         lambda: sorted(self.index.param_layer_apis((self.path, symbol), index, name)))  # type: ignore[union-attr]
         return frozenset(got or ())
 
+    def settings_near(self) -> dict:
+        """See `ProjectIndex.settings_near`."""
+        got = self._ask(("settings",), lambda: self.index.settings_near(self.path))  # type: ignore[union-attr]
+        return got or {"settings": [], "imported": False}
+
     def option_default(self, name: str):
         """(True, value) for a known project-wide default, else (False, None)."""
         return self._found(("default", name), lambda: self.index.option_default(self.path, name))  # type: ignore[union-attr]
@@ -569,7 +611,7 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
         method = {"resolve": view.resolve, "call": view.call_kinds, "class": view.class_kinds,
                   "layers": view.layer_apis, "attr": view.attr_kinds, "step": view.step_caller,
                   "param": view.param_kinds, "default": view.option_default, "const": view.constant,
-                  "playa": view.param_layer_apis}.get(kind)
+                  "playa": view.param_layer_apis, "settings": view.settings_near}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

@@ -353,6 +353,37 @@ def _bound_to_project_call(facts, value: cst.BaseExpression) -> list | None:
     return [ref, bs[0].how == "unpack"]
 
 
+_PRECISION_FLAG = re.compile(r"^(bf16|16|32|64|fp16|bf16-mixed|16-mixed|bf16-true|16-true|mixed|amp|fp8)$|-mixed$")
+
+
+def _settings(facts) -> list[str]:
+    """"tf32", "cudnn_benchmark", "deterministic", "amp", "scaler" for what the file sets up."""
+    out = set()
+    w = facts.words
+    if w.name_contains("tf32", "fp32_precision", "matmul_precision"):
+        out.add("tf32")
+    for node in facts.index[cst.Assign]:
+        for t in node.targets:
+            if isinstance(t.target, cst.Attribute) and t.target.attr.value in ("benchmark", "deterministic"):
+                base = t.target.value
+                if (isinstance(base, cst.Name) and base.value == "cudnn") or (
+                        isinstance(base, cst.Attribute) and base.attr.value == "cudnn"):
+                    out.add("cudnn_benchmark" if t.target.attr.value == "benchmark" else "deterministic")
+    if w.name_contains("deterministic"):
+        out.add("deterministic")
+    if facts.uses_autocast or facts.uses_grad_scaler or w.name_contains("autocast", "gradscaler", "grad_scaler"):
+        out.add("amp")
+    if facts.uses_grad_scaler or w.name_contains("gradscaler", "grad_scaler", "loss_scaler"):
+        out.add("scaler")
+    for call in facts.calls():
+        for a in call.args:
+            if a.keyword is not None and a.keyword.value in ("precision", "mixed_precision"):
+                v = literal_value(a.value)
+                if isinstance(v, str) and _PRECISION_FLAG.search(v) and v not in ("32", "64", "32-true", "64-true"):
+                    out.add("amp")
+    return sorted(out)
+
+
 def summarise(facts, lines) -> dict:
     """The summary of the file behind `facts`; `lines(node)` gives a node's 1-based line."""
     imports = facts.imports
@@ -368,6 +399,9 @@ def summarise(facts, lines) -> dict:
         "calls": [],
         "accel": bool(facts.may_use_accelerator),
         "cuda": bool(facts.is_cuda_code),
+        # File-wide settings the file makes (TF32, cudnn.benchmark, determinism) and whether
+        # it sets up mixed precision: the modules around it need not repeat them.
+        "settings": _settings(facts),
         # The file trains (a training loop or a per-step training function): evaluation it
         # calls runs during training.
         "trains": bool(facts.trains),

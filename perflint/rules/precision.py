@@ -410,6 +410,17 @@ def insert_setting(facts: Facts, code_line: str, tn: str) -> dict | None:
     return {anchor: cst.FlattenSentinel([anchor, new])}
 
 
+def settings_near(facts: Facts) -> tuple[set[str], bool]:
+    """(the settings the project modules around this file make — "tf32",
+    "cudnn_benchmark", "deterministic", "amp", "scaler" — whether another project module
+    imports this file).  A file-wide setting made by the entry point or a base class's
+    module covers this file; a file others import is a library module, not the place for one."""
+    if facts.project is None:
+        return set(), False
+    got = facts.project.settings_near()
+    return set(got.get("settings", ())), bool(got.get("imported"))
+
+
 def is_training_file(facts: Facts) -> bool:
     """A file that trains: a training loop that updates weights (not a profiling helper that
     times `.backward()` in a loop), or a per-step training function of its own."""
@@ -1016,6 +1027,9 @@ class ReluNotInplace(Rule):
 # Whole words that name a mixed-precision setup. `amp` only standing alone or as the switch
 # of a phrase (`use_amp`, `args.amp`, `--no-amp`, `amp_dtype`): `fact_amp` or `max_amp` is
 # an amplitude.
+# A framework precision setting written as a value (`precision: "bf16-mixed"` in a config
+# dataclass, `--precision 16-mixed`).
+_FRAMEWORK_PRECISION = re.compile(r"^(bf16|16|fp16)-(mixed|true)$")
 _PRECISION_WORDS = re.compile(
     r"(^|[_-])(fp16|bf16|mixed_precision|half_precision)([_-]|$)"
     r"|^(--?)?((use|enable|enabled|with|no|disable|apply|do|native|torch|cuda)[_-])?amp([_-](dtype|enabled|level|mode|"
@@ -1217,6 +1231,8 @@ class NoMixedPrecision(Rule):
     def check(self, facts: Facts) -> Iterator[Violation]:
         if not facts.is_cuda_code or self._has_precision_setup(facts):
             return
+        if "amp" in settings_near(facts)[0]:
+            return  # autocast or a scaler in the modules around (a trainer base class, a wrapper optimizer)
         tn = torch_module_name(facts)
         steps: list[tuple[cst.Call, object, int | None, int | None, cst.Call | None]] = []
         loop_of: dict[cst.Call, cst.CSTNode] = {}
@@ -1290,6 +1306,7 @@ class NoMixedPrecision(Rule):
             or casts_to_low_precision(facts)
             or any(a.keyword is not None and a.keyword.value in ("precision", "mixed_precision")
                    for c in facts.calls() for a in c.args)
+            or any(_FRAMEWORK_PRECISION.search(v) for v in w.strings)
         )
 
 
@@ -1400,6 +1417,8 @@ class Fp16WithoutGradScaler(Rule):
     def check(self, facts: Facts) -> Iterator[Violation]:
         if facts.uses_grad_scaler or words(facts).name_contains("scaler") or uses_training_framework(facts):
             return
+        if "scaler" in settings_near(facts)[0]:
+            return  # a GradScaler in the modules around (a wrapper optimizer, a trainer base class)
         for call in facts.calls():
             if facts.qualname(call.func) not in _AUTOCAST_POSITIONS:
                 continue
@@ -1505,9 +1524,14 @@ class Tf32NotEnabled(Rule):
             return
         if facts.uses_autocast or casts_to_low_precision(facts) or not has_matmul_work(facts):
             return
+        if NoMixedPrecision._has_precision_setup(facts):
+            return  # the step runs under autocast (or a framework's mixed precision): no fp32 matmuls
+        near, imported = settings_near(facts)
+        if near & {"tf32", "amp"}:
+            return  # set by the entry point or a base class's module, or the step runs under autocast
         tn = torch_module_name(facts, top_level=True)
         fix = None
-        if tn is not None:
+        if tn is not None and not imported:  # file-wide settings go into the entry point only
             r = insert_setting(facts, f'{tn}.set_float32_matmul_precision("high")', tn)
             if r is not None:
                 fix = self.unsafe('Add `torch.set_float32_matmul_precision("high")`', r)
@@ -1664,9 +1688,12 @@ class CudnnBenchmarkNotEnabled(Rule):
             return  # e.g. Lightning's Trainer(benchmark=...)
         if not has_conv_layers(facts) or _variable_input_shapes(facts):
             return
+        near, imported = settings_near(facts)
+        if near & {"cudnn_benchmark", "deterministic"}:
+            return  # set (or ruled out) by the entry point or a base class's module
         tn = torch_module_name(facts, top_level=True)
         fix = None
-        if tn is not None:
+        if tn is not None and not imported:  # file-wide settings go into the entry point only
             r = insert_setting(facts, f"{tn}.backends.cudnn.benchmark = True", tn)
             if r is not None:
                 fix = self.unsafe("Add `torch.backends.cudnn.benchmark = True`", r)
