@@ -680,8 +680,11 @@ class Trainer:
                        **kwargs)
 
     def _progress_bar(self):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        try:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        except ImportError:  # the runtime without perflint's own dependencies: log lines, no bar
+            return _PlainProgress()
 
         console = Console()
         show = self.progress and self.is_main and console.is_terminal
@@ -818,6 +821,27 @@ class Trainer:
             barrier(self.placement)
             torch.distributed.destroy_process_group()
             self._owns_process_group = False
+
+
+class _PlainProgress:
+    """What `fit` uses of rich's Progress, printing the log lines only."""
+
+    class console:  # noqa: N801 (rich's attribute name)
+        @staticmethod
+        def print(text: str, **kwargs: Any) -> None:
+            print(text, flush=True)
+
+    def add_task(self, *args: Any, **kwargs: Any) -> int:
+        return 0
+
+    def advance(self, task: int) -> None:
+        pass
+
+    def __enter__(self) -> "_PlainProgress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
 
 
 def format_log(step: int, steps: int, metrics: dict[str, float], ms_per_step: float) -> str:
