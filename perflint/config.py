@@ -414,8 +414,13 @@ def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int]
     conda = _conda_bound(project_dir)
     if conda is not None:
         return conda[0], f"{conda[1]} torch requirement"
+    # One folder down only at a project's root (a marker beside it): never from a folder
+    # that merely holds several projects.
+    markers = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
     try:
-        subdirs = sorted(d for d in project_dir.iterdir() if d.is_dir() and not d.name.startswith("."))
+        at_root = any((project_dir / m).exists() for m in markers)
+        subdirs = sorted(d for d in project_dir.iterdir() if d.is_dir() and not d.name.startswith(".")) \
+            if at_root else []
     except OSError:
         subdirs = []
     for sub in subdirs[:200]:
