@@ -16,7 +16,7 @@ def run_scenarios(out: Path, *names: str) -> dict[str, list[dict]]:
     """{scenario: [rank 0's result, rank 1's result]}; fails with the workers' output."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
-    for attempt in range(2):
+    for _attempt in range(2):
         proc = subprocess.run([sys.executable, str(SCENARIOS), str(out), *names], capture_output=True, text=True,
                               timeout=300, env=env)
         # A gloo worker occasionally aborts inside torch's C++ runtime on a loaded 2-core

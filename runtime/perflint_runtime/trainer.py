@@ -36,7 +36,17 @@ What it applies, and the perflint rule behind each:
 
 Several GPUs: launch the same script with `torchrun --nproc_per_node N script.py`; the
 trainer joins the process group (NCCL on GPUs, Gloo on CPUs) and wraps the model in
-DistributedDataParallel.
+DistributedDataParallel (`ddp_kwargs` passed on), or shards it with FSDP2
+(`strategy="fsdp"`, see `perflint_runtime.parallel`).  Every rank must call the
+collectives (`setup_model`, `fit`, `read_metrics`, `evaluate`, `save_state`, `load_state`,
+`full_state_dict`, `close`).
+
+Resuming exactly: `fit(..., state_dir="state", save_every=1000)` saves every 1000 steps and
+on SIGTERM, and a new run of the same script continues from the latest saved step with
+the same weights, optimizer, scheduler, random states (per rank) and the next batch of the
+interrupted epoch (`save_state` / `load_state`, `perflint_runtime.checkpoint`).  Calling
+`fit` again continues the pass over the data in progress.  `evaluate` averages per-sample
+values over every sample once, across ranks.
 """
 
 from __future__ import annotations
@@ -557,7 +567,8 @@ class Trainer:
                         position += size
                     count += weight.sum()
                     for name, value in values.items():
-                        sums[name] = sums.get(name, torch.zeros((), device=self.device)) + (value.float() * weight).sum()
+                        total = sums.get(name, torch.zeros((), device=self.device))
+                        sums[name] = total + (value.float() * weight).sum()
                         if keep is not None and not replay:
                             keep.setdefault(name, []).append(value[weight.bool()].clone() if real is not None
                                                              else value.clone())
