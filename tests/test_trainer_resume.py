@@ -9,12 +9,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainer_support import run_scenarios  # noqa: E402
+from trainer_support import all_scenarios  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return run_scenarios(tmp_path_factory.mktemp("resume"), "resume", "stretches")
+def runs():
+    return all_scenarios()  # shared with test_trainer_distributed.py
 
 
 def test_resumed_run_ends_with_the_straight_runs_weights_bit_for_bit(runs):

@@ -8,11 +8,13 @@ The scenarios of one call share the process group, so torch is imported once.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import sys
 import traceback
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -257,10 +259,11 @@ def scenario_options(rank, out):
     model = trainer.setup_model(nn.Linear(10, 2))
     result["static_graph"] = model.static_graph
 
-    Trainer(device="cpu", seed=3, progress=False)
-    first = torch.rand(3)
-    Trainer(device="cpu", seed=3, progress=False)
-    result["seeded"] = [first, torch.rand(3)]
+    draws = []
+    for _ in range(2):
+        Trainer(device="cpu", seed=3, progress=False)
+        draws.append(torch.tensor([*torch.rand(2).tolist(), float(np.random.rand()), random.random()]))
+    result["seeded"] = draws  # torch, torch, numpy, random
 
     trainer = Trainer(device="cpu", progress=False)
     train = trainer.dataloader(Numbers(11), 2, num_workers=0)
@@ -277,10 +280,11 @@ def scenario_options(rank, out):
     result["mode_after_eval"] = ddp_model.training
 
     seeded = Trainer(device="cpu", seed=5, progress=False)
-    draws, loaders = [], []  # persistent workers: not shut down (and waited for) here
-    for _ in range(2):
-        loaders.append(seeded.dataloader(Augmented(), 4, num_workers=1))
-        draws.append(torch.cat([b[:, 0] for b in loaders[-1]]))
+    draws = []
+    for _ in range(2):  # fork: a process started by mp.spawn would start its loader workers with spawn (seconds)
+        loader = seeded.dataloader(Augmented(), 4, num_workers=1, persistent_workers=False,
+                                   multiprocessing_context="fork")
+        draws.append(torch.cat([b[:, 0] for b in loader]))
     result["worker_draws"] = draws
     return result
 

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
 
 SCENARIOS = Path(__file__).resolve().parent / "trainer_scenarios.py"
+ALL = ("resume", "stretches", "fsdp", "options")
+
+
+@functools.cache
+def all_scenarios() -> dict[str, list[dict]]:
+    """Every scenario, run once per test session in one pair of processes (torch is imported
+    once for all of them)."""
+    out = Path(tempfile.mkdtemp(prefix="trainer_scenarios_"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    return run_scenarios(out, *ALL)
 
 
 def run_scenarios(out: Path, *names: str) -> dict[str, list[dict]]:
