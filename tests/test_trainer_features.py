@@ -75,6 +75,7 @@ def test_log_hooks_and_csv_writer(tmp_path):
     calls = []
     path = tmp_path / "logs" / "metrics.csv"
     writer = CSVWriter(path)
+    assert not path.exists()  # made at the first call: rank 0's (hooks run there only)
     trainer, model, optimizer, loader = setup(log_every=2, on_log=[writer, lambda step, m: calls.append((step, m))])
     trainer.fit(model, optimizer, loader, lambda m, b: F.cross_entropy(m(b[0]), b[1]), steps=4)
     writer.close()
