@@ -486,6 +486,8 @@ class LoopsMixin:
         enable_grad()/set_grad_enabled(True), else None."""
         target = expr.func if isinstance(expr, cst.Call) else expr
         q = self.qualname(target)
+        if q is None and self.imports.stars:
+            q = dotted(target)  # `torch` from a star import (`from .utils import *`)
         if q in self.GRAD_OFF:
             if isinstance(expr, cst.Call) and q == "torch.inference_mode" and expr.args:
                 if literal_value(expr.args[0].value) is False:

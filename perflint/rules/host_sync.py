@@ -581,48 +581,65 @@ def _group_of(facts: Facts, region: cst.CSTNode) -> dict:
         return memo[region]
     out: dict = {}
     points = _sync_points(facts, region)
-    leader = None
-    prev = None
-    for p in points:
-        if prev is not None and leader is not None and not _gpu_work_between(facts, region, prev, p):
-            out[p] = leader
-        else:
-            leader = p
-        prev = p
+    for i, p in enumerate(points):
+        # the latest earlier wait that can run in the same iteration (not the other arm of an `if`)
+        prev = next((q for q in reversed(points[:i]) if not _exclusive(facts, q, p)), None)
+        if prev is not None and not _gpu_work_between(facts, region, prev, p):
+            out[p] = out.get(prev, prev)
     memo[region] = out
     return out
 
 
+def _exclusive(facts: Facts, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    """`a` and `b` sit in different arms of one `if`/`else`."""
+    set_b = set(facts.ancestors(b))
+    cur = a
+    for node in facts.ancestors(a):
+        if node in set_b:
+            if isinstance(node, cst.If):
+                in_body_a = facts.is_inside(a, node.body)
+                in_body_b = facts.is_inside(b, node.body)
+                in_test = facts.is_inside(a, node.test) or facts.is_inside(b, node.test)
+                return not in_test and in_body_a != in_body_b
+            if isinstance(node, cst.Else):
+                return False
+            return False
+        cur = node
+    return False
+
+
 def _gpu_work_between(facts: Facts, region: cst.CSTNode, prev: cst.CSTNode, node: cst.CSTNode) -> bool:
     """Whether anything between the end of `prev` and `node` (its own operand included)
-    queues GPU work: a torch op or tensor method on a device tensor, a model call,
-    backward, an optimizer step, or a call of a function of this file."""
+    queues real GPU work: a model's forward, `.backward()`, an optimizer or scaler step, or
+    a call of a function of this file that does one of those. Small elementwise and
+    reduction kernels (`out.argmax(1)`, `(p == y).sum()`, an accuracy helper) finish in
+    microseconds once the queue has drained: a read after them waits for almost nothing."""
     if facts.is_inside(node, prev):
         return False  # a print inside the `if` on a tensor: waited for by the test
     lo = facts.order.get(prev, 0)
     end = (facts._range(prev) or (lo, lo))[1]
     hi = facts.order.get(node, 0)
-    operand = node.func.value if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) else (
-        node.args[0].value if isinstance(node, cst.Call) and node.args else None)
     for c in facts.calls_within(region):
         o = facts.order.get(c, 0)
-        inside_operand = operand is not None and (c is operand or facts.is_inside(c, operand))
-        if not (end < o < hi or inside_operand):
-            continue
-        if c is node or _item_sync(facts, c) or _call_sync(facts, c) is not None:
-            continue
-        if facts.is_backward_call(c) or facts.is_optimizer_step(c) or facts.has_kind(c.func, "model"):
+        if c is node or not (end < o < hi or facts.is_inside(c, node)):
+            continue  # (what `node` itself computes before reading counts too: `model(x).cpu()`)
+        if _heavy_call(facts, c, 0):
             return True
-        if _local_callees(facts, c):
-            return True
-        q = facts.qualname(c.func) or ""
-        if q.startswith("torch.") and _device_tensor(facts, c):
-            return True
-        if isinstance(c.func, cst.Attribute) and _device_tensor(facts, c.func.value) and _device_tensor(facts, c):
-            return True
-        if any(a.keyword is None and _device_tensor(facts, a.value) for a in c.args) \
-                and call_name(c) not in _LOG_METHODS and call_name(c) not in ("append", "extend"):
-            return True  # `accuracy(out, y)`: a helper that computes on the tensors it is given
+    return False
+
+
+def _heavy_call(facts: Facts, call: cst.Call, depth: int) -> bool:
+    if facts.is_backward_call(call) or facts.is_optimizer_step(call) or facts.is_scaler_call_step(call):
+        return True
+    ks = facts.kinds(call.func)
+    if "model" in ks or "~model" in ks or (isinstance(call.func, cst.Name) and call.func.value == "self"):
+        return True
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("forward", "generate"):
+        return True
+    if depth < 2:
+        for fn in _local_callees(facts, call):
+            if any(_heavy_call(facts, c, depth + 1) for c in facts.calls_within(fn)):
+                return True
     return False
 
 
@@ -902,13 +919,21 @@ class LossAccumulatedWithGraph(Rule):
     def _candidate(self, facts: Facts, stmt, target, value, report) -> Iterator[Violation]:
         if not self._loss_with_graph(facts, value):
             return
-        loop = self._loop(facts, stmt)
-        if loop is None:
-            return
+        info = facts.iteration_context(stmt)
+        if info is None:
+            return  # not once per step: a loop inside one step (per-sample or per-head terms)
+        loop = info.node
         if facts.grad_context(stmt) == "off":
             return
         acc = facts.receiver_text(target)
         if acc is None:
+            return
+        if _reset_each_step(facts, target, stmt, loop):
+            return  # bound afresh in each step: the graph lives one step, as the step needs
+        if reaches_backward(facts, stmt, acc):
+            return  # the sum is what is backpropagated: detaching it would drop its gradients
+        why = facts.hot_path(stmt)
+        if why is None:
             return
         verdict = _accumulator_uses(facts, stmt, acc)
         if verdict == "backprop":
@@ -928,6 +953,7 @@ class LossAccumulatedWithGraph(Rule):
             f"`{acc}` accumulates the loss with its autograd graph, which keeps every step's graph alive; "
             "accumulate `loss.detach()` (or `loss.item()` when logging)",
             fix,
+            why=why,
         )
 
     @staticmethod
@@ -972,6 +998,78 @@ class LossAccumulatedWithGraph(Rule):
                     if facts.receiver_text(call.func.value) == value.value:
                         return True
         return False
+
+
+def _reset_each_step(facts: Facts, target: cst.CSTNode, stmt: cst.CSTNode, region: cst.CSTNode) -> bool:
+    """The accumulator is a plain name bound afresh on every step before `stmt`: a local of
+    a per-step function, or a name assigned in the loop body (`terms = []` then
+    `terms.append(...)`). It holds one step's graph, which that step needs anyway."""
+    if not isinstance(target, cst.Name):
+        return False
+    for b in facts.lookup(target.value, stmt):
+        site = b.site
+        if site is None or site is stmt or facts.is_inside(stmt, site):
+            continue
+        if b.how == "param":
+            continue
+        if isinstance(region, cst.FunctionDef):
+            if facts.scope_of(target) is region and facts.is_inside(site, region):
+                return True
+        elif facts.is_inside(site, region.body) and facts.order.get(site, 0) < facts.order.get(stmt, 0):
+            return True
+    return False
+
+
+def reaches_backward(facts: Facts, stmt: cst.CSTNode, acc: str) -> bool:
+    """Whether the accumulator `acc`, or any name computed from it in the same function
+    (through assignments, tuple unpacking, containers, arithmetic), is backpropagated:
+    `.backward()` on it, `torch.autograd.grad`/`backward` of it, `scaler.scale(it)`,
+    `accelerator.backward(it)`, `manual_backward(it)`, or a callable scaler given it with an
+    optimizer (`loss_scaler(loss, optimizer)`). Such a sum must never be detached; PF204
+    does not report it (and so never offers the fix)."""
+    fn = facts.enclosing_function(stmt)
+    scope = fn if fn is not None else facts.module
+    tainted = {acc}
+    assigns = [n for n in iter_nodes(scope) if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))]
+    for _ in range(6):
+        grew = False
+        for n in assigns:
+            value = n.value
+            if value is None or not _mentions(facts, value, tainted):
+                continue
+            targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
+            for t in targets:
+                for name in iter_nodes(t):
+                    text = facts.receiver_text(name) if isinstance(name, (cst.Name, cst.Attribute)) else None
+                    if text and text not in tainted and not (isinstance(name, cst.Name) and isinstance(facts.parent(name), cst.Attribute)):
+                        tainted.add(text)
+                        grew = True
+        if not grew:
+            break
+    for call in facts.calls_within(scope):
+        name = call_name(call)
+        q = facts.qualname(call.func) or ""
+        pieces: list[cst.CSTNode] = [a.value for a in call.args]
+        if name in ("backward", "manual_backward") and isinstance(call.func, cst.Attribute):
+            pieces.append(call.func.value)
+        elif q in ("torch.autograd.grad", "torch.autograd.backward"):
+            pass
+        elif name == "scale" and isinstance(call.func, cst.Attribute) and facts.has_kind(call.func.value, "scaler"):
+            pass
+        elif facts.is_scaler_call_step(call):
+            pass
+        else:
+            continue
+        if any(_mentions(facts, p, tainted) for p in pieces):
+            return True
+    return False
+
+
+def _mentions(facts: Facts, expr: cst.CSTNode, names: set[str]) -> bool:
+    for n in iter_nodes(expr):
+        if isinstance(n, (cst.Name, cst.Attribute)) and facts.receiver_text(n) in names:
+            return True
+    return False
 
 
 _READ_METHODS = {"item", "detach", "cpu", "tolist", "numpy"}

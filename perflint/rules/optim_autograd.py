@@ -9,6 +9,7 @@ import libcst as cst
 from perflint.diagnostics import Severity
 from perflint.edits import add_arg, make_kwarg, parse_expr, parse_stmt, replace_arg_value
 from perflint.analysis import Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
+from perflint.analysis.hotpath import WhyStep, snippet
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation
 from perflint.rules.precision import script_device
@@ -54,8 +55,10 @@ class ZeroGradNotSetToNone(Rule):
     gradient). An explicit `set_to_none=False` is often deliberate.
 
     ## Applies to
-    Explicit `set_to_none=False`: all versions. Bare `zero_grad()`: target torch < 2.0
-    (the fix needs ≥ 1.7, where `set_to_none` appeared).
+    Explicit `set_to_none=False`: all versions. Bare `zero_grad()`: target torch 1.7–1.13
+    (before 1.7 there is no `set_to_none` to pass; from 2.0 it is the default), and not on
+    an instance of a wrapper class of the project (a learning-rate scheduler around the
+    optimizer, such as `ScheduledOptim`) whose own `zero_grad` takes no `set_to_none`.
 
     ## References
     - pytorch/pytorch PRs #42754 (set_to_none), #92731 (default True in 2.0)
@@ -90,14 +93,39 @@ class ZeroGradNotSetToNone(Rule):
                     self.unsafe(fix_msg, {call: new}),
                 )
             elif not modern and call.args == ():
-                fix = None
-                if facts.target_torch >= (1, 7):
-                    fix = self.unsafe("Use `zero_grad(set_to_none=True)`", {call: add_arg(call, make_kwarg("set_to_none", "True"))})
+                if facts.target_torch < (1, 7):
+                    continue  # `set_to_none` does not exist before 1.7: nothing to pass
+                if _wrapper_receiver(facts, call.func.value):
+                    continue  # a wrapper class's own zero_grad(): its signature is its own
+                fix = self.unsafe("Use `zero_grad(set_to_none=True)`", {call: add_arg(call, make_kwarg("set_to_none", "True"))})
                 yield Violation(
                     call.func.attr,
                     "`zero_grad()` zeroes gradients in place before torch 2.0; pass `set_to_none=True`",
                     fix,
                 )
+
+
+def _wrapper_receiver(facts: Facts, recv: cst.BaseExpression) -> bool:
+    """`recv` holds an instance of a class of this file or the project that is neither a
+    module nor a torch optimizer (a learning-rate wrapper such as `ScheduledOptim`): its
+    `zero_grad` may take no `set_to_none`. A class of this file whose own `zero_grad`
+    accepts `set_to_none` (or `**kwargs`) is not such a wrapper."""
+    ref = facts.instance_class(recv)
+    if ref is None:
+        return False
+    if ref.startswith("#"):
+        cls = facts.classes_by_name.get(ref[1:])
+        if cls is None:
+            return False
+        for fn in facts.nodes_within(cls, cst.FunctionDef):
+            if fn.name.value == "zero_grad" and facts.enclosing_class(fn) is cls:
+                params = fn.params
+                names = {p.name.value for p in (*params.params, *params.kwonly_params, *params.posonly_params)}
+                return "set_to_none" not in names and not isinstance(params.star_kwarg, cst.Param)
+        bases = {facts.qualname(b.value) or "" for b in cls.bases}
+        return not any(b.startswith(("torch.optim.", "torch.nn.")) for b in bases) and "model" not in facts.kinds(recv)
+    kinds = facts.project.class_kinds(ref) if facts.project is not None else frozenset()
+    return not ({"model", "optimizer"} & set(kinds))
 
 
 _FUSABLE = {"torch.optim.Adam", "torch.optim.AdamW"}
@@ -152,7 +180,8 @@ class UnfusedOptimizer(Rule):
     alone.
 
     ## Applies to
-    CUDA code; Adam and AdamW only.
+    CUDA code; Adam and AdamW only; target torch ≥ 2.0 (AdamW has no `fused` before 2.0, so a
+    project that supports 1.x gets no finding: the advice would break it there).
 
     ## References
     - `torch/optim/adamw.py` (2.13), pytorch PRs #88015, #123074, #124905
@@ -165,6 +194,8 @@ class UnfusedOptimizer(Rule):
     summary = "Adam/AdamW without fused=True in CUDA code"
     severity = Severity.INFO
     fix_class = "unsafe"
+    # AdamW has `fused` from 2.0 (Adam from 1.13, CUDA only): below that there is nothing to advise.
+    min_torch = (2, 0)
     tokens = (b"Adam",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
@@ -249,7 +280,9 @@ class NoGradInEval(Rule):
     ## Fix safety
     **Unsafe.** Tensors created under `inference_mode` cannot be saved for backward
     ("Inference tensors cannot be saved for backward"), updated in place outside it, or
-    given `requires_grad`. Not reported when a tensor created in the block escapes: it is
+    given `requires_grad`. Not reported for a block that runs once while the model is
+    built (in `__init__`, a `build*`/`setup` method, or a shape probe that runs the model on
+    `torch.zeros(...)` to size a layer). Not reported when a tensor created in the block escapes: it is
     returned or yielded, stored on `self` or another object, appended to or stored in a
     container from outside the block, updated in place, or read after the block; nor when a
     module class in the file creates state lazily in `forward` (buffers, caches). Models
@@ -281,6 +314,8 @@ class NoGradInEval(Rule):
             items = _no_grad_items(facts, node)
             if not items or not self._is_inference(facts, node.body) or self._escapes(facts, node.body, node):
                 continue
+            if self._runs_once(facts, node):
+                continue
             fix = None
             if prefix is not None:
                 repl = {it.item: parse_expr(f"{prefix}.inference_mode()") for it in items}
@@ -298,6 +333,26 @@ class NoGradInEval(Rule):
                     fix = self.unsafe("Use `torch.inference_mode()`",
                                       {dec: dec.with_changes(decorator=parse_expr(f"{prefix}.inference_mode()"))})
                 yield Violation(dec, "evaluation under `@torch.no_grad()` could use `@torch.inference_mode()`", fix)
+
+    @staticmethod
+    def _runs_once(facts: Facts, node: cst.With) -> bool:
+        """A block that runs once while the model is built: in `__init__` / a `build*` or
+        `setup` method, or a shape probe (the model run on `torch.zeros(...)`-like input to
+        size a layer). Nothing is gained there."""
+        fn = facts.enclosing_function(node)
+        if fn is not None and (fn.name.value in ("__init__", "setup", "__post_init__")
+                               or fn.name.value.lstrip("_").startswith("build")):
+            return True
+        calls = [n for n in iter_nodes(node.body) if isinstance(n, cst.Call) and facts.has_kind(n.func, "model")]
+        if not calls:
+            return False
+        for c in calls:
+            args = [a.value for a in c.args]
+            if not args or not all(isinstance(a, cst.Call) and (facts.qualname(a.func) or "").rsplit(".", 1)[-1]
+                                   in ("zeros", "ones", "randn", "rand", "empty", "zeros_like", "ones_like")
+                                   for a in args):
+                return False
+        return True
 
     @staticmethod
     def _lazy_state(facts: Facts) -> bool:
@@ -480,6 +535,7 @@ class EvalWithoutNoGrad(Rule):
                 continue
             if self._autograd_on_purpose(facts, loop) or self._train_between(facts, scope, eval_call, loop, model_text):
                 continue
+            during = facts.during_training(loop) or []
             reported.add(loop)
             fix = None
             if prefix is not None:
@@ -496,6 +552,8 @@ class EvalWithoutNoGrad(Rule):
                 f"evaluation loop runs `{model_text}` after `.eval()` with autograd recording; wrap it in "
                 "`with torch.no_grad():` (eval() only changes dropout/batch-norm)",
                 fix,
+                why=during + [WhyStep(eval_call, f"`{model_text}.eval()` puts the model in evaluation mode"),
+                              WhyStep(loop, f"`{snippet(loop)}` then runs it with autograd on")],
             )
 
     @staticmethod
