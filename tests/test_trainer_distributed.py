@@ -22,6 +22,13 @@ def test_fsdp_and_ddp_reach_the_same_weights(runs):
     assert max_difference(rank0["ddp"], rank0["rank0_init"]) > 1e-3  # and they trained
 
 
+def test_fsdp_shards_each_layer_with_the_trainers_precision(runs):
+    rank0 = runs["fsdp"][0]
+    assert rank0["fsdp_units"] == [True, True, True, True, False, False]  # root and the 3 blocks
+    assert rank0["bf16_compute_dtype"] == "torch.bfloat16"  # precision="bf16": bf16 for compute
+    assert rank0["bf16_stored_dtype"] == "torch.float32"  # fp32 sharded weights for the optimizer
+
+
 def test_every_strategy_starts_from_rank_0s_weights(runs):
     rank0 = runs["fsdp"][0]
     assert max_difference(rank0["fsdp_init"], rank0["rank0_init"]) == 0  # rank 1 built other weights

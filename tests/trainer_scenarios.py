@@ -49,6 +49,7 @@ class Block(nn.Module):
 
     def forward(self, x):
         self.forwards += 1
+        self.weight_dtype = self.linear.weight.dtype  # what the forward computes with
         return x + torch.tanh(self.linear(x))
 
 
@@ -209,6 +210,8 @@ def scenario_fsdp(rank, out):
     trainer, model, optimizer, loader = run("fsdp", seed=rank)
     result["fsdp_init"] = trainer.full_state_dict(model)
     result["fsdp_sharded"] = [type(p).__name__ for p in model.parameters()]
+    from torch.distributed.fsdp import FSDPModule
+    result["fsdp_units"] = [isinstance(m, FSDPModule) for m in (model, *model.blocks, model.embed, model.head)]
     state_dir = os.path.join(out, "fsdp_state")
     trainer.fit(model, optimizer, loader, loss_fn, steps=2, state_dir=state_dir, save_every=2)
     trainer.fit(model, optimizer, loader, loss_fn, steps=4)
@@ -229,6 +232,10 @@ def scenario_fsdp(rank, out):
     trainer.fit(model, optimizer, loader, loss_fn, steps=4)
     result["fsdp_ac"] = trainer.full_state_dict(model)
     result["forwards_ac"] = [block.forwards for block in model.blocks]
+    bf16, bf16_model, bf16_optimizer, bf16_loader = run("fsdp", seed=rank, precision="bf16")
+    bf16.fit(bf16_model, bf16_optimizer, bf16_loader, loss_fn, steps=1)
+    result["bf16_compute_dtype"] = str(bf16_model.blocks[0].weight_dtype)
+    result["bf16_stored_dtype"] = str(next(bf16_model.parameters()).dtype)
     return result
 
 
