@@ -218,9 +218,40 @@ class TreeMixin:
     def qualname(self, node: cst.BaseExpression) -> str | None:
         return self.imports.resolve(node)
 
+    @cached_property
+    def _calls_by_qualname(self) -> dict[str, list[cst.Call]]:
+        """Every call, by what its callee resolves to: one resolution a call per file (a
+        rule asking `calls_to` once per finding made that quadratic on large files)."""
+        out: dict[str, list[cst.Call]] = {}
+        resolve = self.imports.resolve  # type: ignore[attr-defined]
+        for c in self.index[cst.Call]:  # type: ignore[attr-defined]
+            q = resolve(c.func)
+            if q is not None:
+                out.setdefault(q, []).append(c)
+        return out
+
+    @cached_property
+    def _calls_by_bare_name(self) -> dict[str, list[cst.Call]]:
+        out: dict[str, list[cst.Call]] = {}
+        for c in self.index[cst.Call]:  # type: ignore[attr-defined]
+            if isinstance(c.func, cst.Name):
+                out.setdefault(c.func.value, []).append(c)
+        return out
+
+    def calls_named(self, name: str) -> list[cst.Call]:
+        """The calls `name(...)` of a plain name, in source order."""
+        return list(self._calls_by_bare_name.get(name, ()))
+
     def calls_to(self, *qualnames: str) -> list[cst.Call]:
-        wanted = set(qualnames)
-        return [c for c in self.index[cst.Call] if self.imports.resolve(c.func) in wanted]  # type: ignore[attr-defined]
+        """The calls of any of `qualnames`, in source order."""
+        by = self._calls_by_qualname
+        found = [by[q] for q in dict.fromkeys(qualnames) if q in by]
+        if not found:
+            return []
+        if len(found) == 1:
+            return list(found[0])
+        wanted = {id(c) for calls in found for c in calls}
+        return [c for c in self.index[cst.Call] if id(c) in wanted]  # type: ignore[attr-defined]
 
     def calls_within(self, container: cst.CSTNode) -> list[cst.Call]:
         """Every call under `container`, nested defs included, in source order."""

@@ -545,7 +545,10 @@ def runs_once(facts: Facts, scope: cst.CSTNode, depth: int = 0) -> bool:
     if depth > 3 or facts.enclosing_class(scope) is not None or facts.step_function_kind(scope) is not None:
         return False
     name = scope.name.value
-    calls = [c for c in facts.calls() if isinstance(c.func, cst.Name) and c.func.value == name]
+    if facts.project is not None and facts.parent(scope) is facts.module and not _file_trains(facts) \
+            and facts.project.called_from_training(name):
+        return False  # a training script elsewhere calls it (an evaluation every epoch)
+    calls = facts.calls_named(name)
     if not calls:
         return name in ("main", "run", "_main")
     for c in calls:

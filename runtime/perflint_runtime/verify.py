@@ -286,8 +286,9 @@ def compare(baseline: list[RunResult], candidate: list[RunResult], loss_toleranc
     diverge_text = f"losses diverge ({divergence:.1%} > {loss_tolerance:.1%})" if diverged else ""
     runs = min(len(baseline), len(candidate))
     if runs < MIN_RUNS:
-        verdict = (f"inconclusive: {runs} run{'s' if runs != 1 else ''} of each script say nothing about "
-                   f"run-to-run noise; at least {MIN_RUNS} are needed (--repeats {MIN_RUNS})")
+        verdict = (f"inconclusive: {runs} run{'s' if runs != 1 else ''} of each script "
+                   f"{'say' if runs != 1 else 'says'} nothing about run-to-run noise; at least {MIN_RUNS} "
+                   f"are needed (--repeats {MIN_RUNS})")
         if diverged:
             verdict += f"; {diverge_text}"
         return Comparison(speedup, (lo, hi), divergence, loss_tolerance, verdict,
@@ -499,7 +500,7 @@ def sampling_line(sampling: Sampling) -> str:
                 f"(±{sampling.half_width:.1%}), {done}")
     if sampling.stopped_by == TIME_BUDGET:
         return (f"sampling: stopped by the time budget (--max-time {sampling.max_time_s:g} s) {done}; the interval "
-                f"reaches ±{sampling.half_width:.1%}, not ±{sampling.precision:.0%}: give it more time (--max-time) "
+                f"reaches ±{sampling.half_width:.1%}, not ±{sampling.precision:.1%}: give it more time (--max-time) "
                 "or more steps per run (--steps)")
     return f"sampling: stopped by a failed run {done}"
 
