@@ -411,7 +411,10 @@ class ProjectIndex:
             frontier = [q for p in frontier for q in self.summaries if q not in up and q != path and p in self._imports_of(q)]
             up.update(frontier)
         for p in (down | up) - {path}:
-            found.update((self.summaries.get(p) or {}).get("settings", ()))
+            summary = self.summaries.get(p) or {}
+            found.update(summary.get("settings", ()))
+            if p in up:  # an entry point's `if __name__ == "__main__":` block runs too
+                found.update(summary.get("main_settings", ()))
         if not found and not importers:
             return None  # nothing around: the file's own analysis decides
         return {"settings": sorted(found), "imported": bool(importers)}

@@ -353,35 +353,55 @@ def _bound_to_project_call(facts, value: cst.BaseExpression) -> list | None:
     return [ref, bs[0].how == "unpack"]
 
 
-_PRECISION_FLAG = re.compile(r"^(bf16|16|32|64|fp16|bf16-mixed|16-mixed|bf16-true|16-true|mixed|amp|fp8)$|-mixed$")
+_PRECISION_FLAG = re.compile(r"^(bf16|16|fp16|mixed|amp|fp8)$|^(bf16|16)-(mixed|true)$|-mixed$")
+_TF32_ATTRS = {"allow_tf32", "fp32_precision"}
 
 
-def _settings(facts) -> list[str]:
-    """"tf32", "cudnn_benchmark", "deterministic", "amp", "scaler" for what the file sets up."""
-    out = set()
-    w = facts.words
-    if w.name_contains("tf32", "fp32_precision", "matmul_precision"):
-        out.add("tf32")
+def _in_main_guard(facts, node) -> bool:
+    for a in facts.ancestors(node):
+        if isinstance(a, cst.If) and isinstance(a.test, cst.Comparison) and len(a.test.comparisons) == 1 \
+                and {dotted(a.test.left), literal_value(a.test.comparisons[0].comparator)} == {"__name__", "__main__"}:
+            return True
+    return False
+
+
+def _settings(facts) -> dict:
+    """What the file sets up — "tf32", "cudnn_benchmark", "deterministic" (assignments and
+    calls that set them, not reads), "amp" (autocast, a framework precision flag), "scaler"
+    (a GradScaler) — split into what runs on import ("settings") and what runs only when the
+    file is the script (`if __name__ == "__main__":`, "main_settings")."""
+    found: dict[str, set] = {"settings": set(), "main_settings": set()}
+
+    def add(node, what):
+        found["main_settings" if _in_main_guard(facts, node) else "settings"].add(what)
+
     for node in facts.index[cst.Assign]:
         for t in node.targets:
-            if isinstance(t.target, cst.Attribute) and t.target.attr.value in ("benchmark", "deterministic"):
-                base = t.target.value
-                if (isinstance(base, cst.Name) and base.value == "cudnn") or (
-                        isinstance(base, cst.Attribute) and base.attr.value == "cudnn"):
-                    out.add("cudnn_benchmark" if t.target.attr.value == "benchmark" else "deterministic")
-    if w.name_contains("deterministic"):
-        out.add("deterministic")
-    if facts.uses_autocast or facts.uses_grad_scaler or w.name_contains("autocast", "gradscaler", "grad_scaler"):
-        out.add("amp")
-    if facts.uses_grad_scaler or w.name_contains("gradscaler", "grad_scaler", "loss_scaler"):
-        out.add("scaler")
+            if not isinstance(t.target, cst.Attribute):
+                continue
+            attr, base = t.target.attr.value, t.target.value
+            on_cudnn = (isinstance(base, cst.Name) and base.value == "cudnn") or (
+                isinstance(base, cst.Attribute) and base.attr.value == "cudnn")
+            if attr in ("benchmark", "deterministic") and on_cudnn:
+                add(node, "cudnn_benchmark" if attr == "benchmark" else "deterministic")
+            elif attr in _TF32_ATTRS:
+                add(node, "tf32")
     for call in facts.calls():
+        q = facts.qualname(call.func) or ""
+        if q == "torch.set_float32_matmul_precision":
+            add(call, "tf32")
+        elif q == "torch.use_deterministic_algorithms":
+            add(call, "deterministic")
         for a in call.args:
             if a.keyword is not None and a.keyword.value in ("precision", "mixed_precision"):
                 v = literal_value(a.value)
-                if isinstance(v, str) and _PRECISION_FLAG.search(v) and v not in ("32", "64", "32-true", "64-true"):
-                    out.add("amp")
-    return sorted(out)
+                if isinstance(v, str) and _PRECISION_FLAG.search(v):
+                    add(call, "amp")
+    if facts.uses_autocast:
+        found["settings"].add("amp")
+    if facts.uses_grad_scaler or facts.words.name_contains("gradscaler", "grad_scaler", "loss_scaler"):
+        found["settings"].add("scaler")
+    return {k: sorted(v) for k, v in found.items() if v}
 
 
 def summarise(facts, lines) -> dict:
@@ -401,7 +421,7 @@ def summarise(facts, lines) -> dict:
         "cuda": bool(facts.is_cuda_code),
         # File-wide settings the file makes (TF32, cudnn.benchmark, determinism) and whether
         # it sets up mixed precision: the modules around it need not repeat them.
-        "settings": _settings(facts),
+        **_settings(facts),
         # The file trains (a training loop or a per-step training function): evaluation it
         # calls runs during training.
         "trains": bool(facts.trains),

@@ -12,7 +12,7 @@ from perflint.analysis import Facts, call_name, get_arg, has_splat, iter_nodes, 
 from perflint.names import dotted
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation
-from perflint.rules.data_loading import runs_once
+from perflint.rules.data_loading import _file_trains, runs_once
 from perflint.rules.precision import (
     enclosing_block,
     is_training_file,
@@ -538,7 +538,7 @@ class DataParallel(Rule):
     tokens = (b"DataParallel",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        trains = is_training_file(facts)
+        trains = is_training_file(facts) or _file_trains(facts)
         for call in facts.calls_to("torch.nn.DataParallel"):
             if _cpu_only_branch(facts, call):
                 continue  # `else:` of `if torch.cuda.is_available():` — nothing is replicated

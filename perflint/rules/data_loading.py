@@ -423,6 +423,8 @@ def _read_sites(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: 
     sites: list = []
     for use in facts.later_uses(name, scope, after):
         parent = facts.parent(use)
+        if isinstance(parent, cst.AssignTarget) and parent.target is use:
+            continue  # rebound (`batchs = [...]` on another path): not a read
         if isinstance(parent, cst.Attribute) and parent.value is use:
             if parent.attr.value in _LOADER_ATTRS:
                 continue
@@ -444,6 +446,16 @@ def _read_sites(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: 
         parent = facts.parent(node)
         if isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is node:
             sites.append(("next", parent) if _breaks_at_once(parent) else ("for", parent))
+            continue
+        if (node is not use and depth < 2 and call_name(node) in ("tqdm", "enumerate", "track")
+                and isinstance(parent, cst.Assign) and len(parent.targets) == 1
+                and isinstance(parent.targets[0].target, cst.Name)):
+            # `pbar = tqdm(loader)` … `for x in pbar:`: the wrapper's reads are the loader's.
+            target = parent.targets[0].target
+            inner = _read_sites(facts, target.value, scope, facts.order.get(target, 0), depth + 1)
+            if inner is None:
+                return None
+            sites.extend(inner)
             continue
         if isinstance(outer, cst.Call) and call_name(outer) == "next" and node is not use \
                 and call_name(node) == "iter":
@@ -502,7 +514,9 @@ def _cheap_site(facts: Facts, site: tuple, scope: cst.CSTNode) -> bool:
     if where is False:
         return False
     if where is True:
-        return True  # a sample batch every N steps
+        # Every N steps: one sample batch is cheap; a whole pass (an evaluation every N
+        # iterations during training) is not.
+        return _one_batch(site)
     if kind == "next":
         return True  # one batch, once
     if kind == "call":
@@ -519,6 +533,12 @@ def _cheap_site(facts: Facts, site: tuple, scope: cst.CSTNode) -> bool:
 def _file_trains(facts: Facts) -> bool:
     return bool(facts.training_loops()) or any(
         facts.step_function_kind(fn) == "train" for fn in facts.index[cst.FunctionDef])
+
+
+def _one_batch(site: tuple) -> bool:
+    if site[0] == "next":
+        return True
+    return site[0] == "call" and bool(site[3]) and all(_one_batch(s) for s in site[3])
 
 
 def _trains_in(facts: Facts, node: cst.CSTNode) -> bool:

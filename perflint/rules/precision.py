@@ -482,6 +482,20 @@ def uses_training_framework(facts: Facts) -> bool:
     return False
 
 
+def _precision_framework(facts: Facts) -> bool:
+    """Accelerate, Lightning, DeepSpeed, ColossalAI, Composer or the transformers Trainer:
+    they set the model's precision themselves (bf16 parameters, mixed precision), so fp32
+    matmuls are not the default there.  apex is not counted: its amp is optional."""
+    for full in facts.imports.aliases.values():
+        root = full.split(".", 1)[0]
+        if root in _FRAMEWORK_ROOTS:
+            return True
+        if root == "transformers" and full.rsplit(".", 1)[-1] in ("Trainer", "TrainingArguments", "Seq2SeqTrainer",
+                                                                "Seq2SeqTrainingArguments"):
+            return True
+    return False
+
+
 def layer_qualnames(facts: Facts) -> set[str]:
     """Qualified names of every torch API called in the file (cached through `words`)."""
     w = words(facts)
@@ -1231,7 +1245,7 @@ class NoMixedPrecision(Rule):
     def check(self, facts: Facts) -> Iterator[Violation]:
         if not facts.is_cuda_code or self._has_precision_setup(facts):
             return
-        if "amp" in settings_near(facts)[0]:
+        if settings_near(facts)[0] & {"amp", "scaler"}:
             return  # autocast or a scaler in the modules around (a trainer base class, a wrapper optimizer)
         tn = torch_module_name(facts)
         steps: list[tuple[cst.Call, object, int | None, int | None, cst.Call | None]] = []
@@ -1524,8 +1538,10 @@ class Tf32NotEnabled(Rule):
             return
         if facts.uses_autocast or casts_to_low_precision(facts) or not has_matmul_work(facts):
             return
-        if NoMixedPrecision._has_precision_setup(facts):
-            return  # the step runs under autocast (or a framework's mixed precision): no fp32 matmuls
+        if _precision_framework(facts) or any(_FRAMEWORK_PRECISION.search(v) for v in w.strings) or any(
+                a.keyword is not None and a.keyword.value in ("precision", "mixed_precision")
+                for c in facts.calls() for a in c.args):
+            return  # a framework's mixed precision (`precision="bf16-mixed"`): no fp32 matmuls
         near, imported = settings_near(facts)
         if near & {"tf32", "amp"}:
             return  # set by the entry point or a base class's module, or the step runs under autocast
