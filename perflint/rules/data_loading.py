@@ -60,6 +60,8 @@ def workers_of(facts: Facts, value: cst.BaseExpression, depth: int = 0) -> str:
             return states.pop() if len(states) == 1 else "unknown"
     if values is None:
         found, default = facts.option_default(value)  # `args.workers`, `cfg.num_workers`
+        if not found:
+            found, default = ctor_default(facts, value)  # `self.hparams.num_workers`
         if not found or default is None:
             return "unknown"
         values = [default]
@@ -68,6 +70,41 @@ def workers_of(facts: Facts, value: cst.BaseExpression, depth: int = 0) -> str:
     if all(isinstance(v, int) and v > 0 for v in values):
         return "positive"
     return "unknown"
+
+
+def ctor_default(facts: Facts, value: cst.BaseExpression) -> tuple[bool, object]:
+    """(True, default) for `self.hparams.X` (Lightning's `save_hyperparameters()`) or `self.X`
+    bound only to the `__init__` parameter `X`, when that parameter has a literal default:
+    `def __init__(self, ..., num_workers: int = 0)`.  The value a run uses unless the caller
+    passes another."""
+    if not isinstance(value, cst.Attribute):
+        return False, None
+    base, name = value.value, value.attr.value
+    hparams = isinstance(base, cst.Attribute) and base.attr.value == "hparams" \
+        and isinstance(base.value, cst.Name) and base.value.value == "self"
+    plain = isinstance(base, cst.Name) and base.value == "self"
+    if not (hparams or plain):
+        return False, None
+    cls = facts.enclosing_class(value)
+    if cls is None or not isinstance(cls.body, cst.IndentedBlock):
+        return False, None
+    init = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "__init__"), None)
+    if init is None:
+        return False, None
+    if plain:
+        # `self.workers = num_workers` in `__init__` (and nowhere else): that parameter.
+        bs = facts.self_attr_bindings(value)
+        if len(bs) != 1 or bs[0].how != "expr" or not isinstance(bs[0].node, cst.Name) \
+                or facts.enclosing_function(bs[0].node) is not init:
+            return False, None
+        name = bs[0].node.value
+    param = next((p for p in (*init.params.params, *init.params.kwonly_params) if p.name.value == name), None)
+    if param is None or param.default is None:
+        return False, None
+    default = literal_value(param.default)
+    if default is NOT_LITERAL:
+        return False, None
+    return True, default
 
 
 def facts_literal_values(facts: Facts, node: cst.BaseExpression) -> list | None:
