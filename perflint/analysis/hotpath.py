@@ -29,6 +29,7 @@ import libcst as cst
 from perflint.analysis.syntax import call_name
 
 _EMPTY = cst.Module(body=[])
+_SYNC_READS = {"item", "cpu", "numpy", "tolist"}
 _CHECK_NAME = re.compile(r"^_*(check|verify|compare|assert)(_|$)|parity|equivalen", re.I)
 _CLOSENESS = {"torch.allclose", "torch.testing.assert_close", "torch.testing.assert_allclose", "numpy.allclose",
               "numpy.testing.assert_allclose"}
@@ -120,6 +121,42 @@ class HotPathMixin:
         if cls is not None and self.project.called_from_training(cls):
             return [WhyStep(top, f"`{cls}` is used by a module that trains")]
         return None
+
+    def function_syncs(self, fn: cst.FunctionDef) -> bool:
+        """`fn` waits for the GPU each time it runs: `.item()`, `.cpu()`, `.numpy()` or
+        `.tolist()` of a value not known to be on the host, or `torch.cuda.synchronize()`,
+        outside throttled branches and nested functions."""
+        memo = self.__dict__.setdefault("_function_syncs_memo", {})
+        if fn in memo:
+            return memo[fn]
+        memo[fn] = False
+        found = False
+        for call in self.calls_within(fn):
+            if isinstance(call.func, cst.Attribute) and call_name(call) in _SYNC_READS and not call.args:
+                recv = call.func.value
+                ks = self.kinds(recv)
+                if (ks & {"number", "numpy", "int", "cpu_tensor"} and not ks & {"tensor", "device_tensor", "loss", "output"}) \
+                        or "model" in ks or ("batch" in ks and "device_tensor" not in ks):
+                    continue
+            elif self.qualname(call.func) != "torch.cuda.synchronize":
+                continue
+            if self.runs_each_time(call, fn, nested_functions=False):
+                found = True
+                break
+        memo[fn] = found
+        return found
+
+    def callee_syncs(self, call: cst.Call) -> bool:
+        """Calling `call` waits for the GPU inside: a function or a model class of the project
+        whose body (its `forward`) reads a value back each time."""
+        if self.project is None:
+            return False
+        ref = self.project_ref(call.func)
+        if ref is None:
+            ref = self.instance_class(call.func)  # `model(x)` on an instance of a project class
+        if ref is None or ref.startswith("#"):
+            return False
+        return self.project.call_syncs(ref)
 
     def once_only(self, loop: cst.CSTNode) -> bool:
         """A loop whose body always ends in `return` or `break`: it runs one iteration

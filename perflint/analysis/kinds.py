@@ -39,6 +39,28 @@ def name_hints(name: str) -> set[str]:
 
 
 
+# Calls a cheap `__getitem__` may make: indexing helpers, casts, building a tensor from what
+# is in memory, index arithmetic and random choices of a window.
+_CHEAP_CALLS = {
+    "type", "long", "int", "float", "half", "bool", "to", "tensor", "as_tensor", "from_numpy", "LongTensor",
+    "FloatTensor", "IntTensor", "BoolTensor", "stack", "cat", "clone", "len", "min", "max", "range", "dict", "list",
+    "tuple", "zip", "slice", "astype", "copy", "reshape", "view", "squeeze", "unsqueeze", "array", "asarray", "get",
+    "randint", "randrange", "choice", "random", "ones_like", "zeros_like", "full_like", "contiguous", "numpy", "items",
+    "keys", "values", "isinstance", "str", "abs", "round", "sum", "ones", "zeros", "full", "arange", "enumerate",
+    "int64", "int32", "float32", "where", "nonzero", "flatten", "permute", "transpose", "clamp", "clip",
+}
+_PAD_CALLS = {"pad_sequence", "pad", "sorted", "append", "extend", "max", "fill_", "new_full", "new_zeros",
+              "masked_fill", "masked_fill_", "Tensor", "default_collate"}
+
+
+def _cheap_call(facts, call: cst.Call) -> bool:
+    name = call_name(call) or ""
+    if name not in _CHEAP_CALLS:
+        return False
+    q = facts.qualname(call.func) or ""
+    return not q.startswith(("PIL.", "cv2.", "torchvision.", "torchaudio.", "librosa.", "soundfile."))
+
+
 class KindsMixin:
     @cached_property
     def module_classes(self) -> set[str]:
@@ -83,6 +105,31 @@ class KindsMixin:
                 if q.endswith("Dataset") or q in out or "dataset" in self.project_class_kinds(base.value):
                     out.add(name)
         return out
+
+    def cheap_samples_class(self, cls: cst.ClassDef) -> bool:
+        """A Dataset class whose samples cost next to nothing to produce: `__getitem__` only
+        indexes data already in memory (tokenised tensors, a replay buffer, trajectories) with
+        dtype casts and index arithmetic — no file reads, decoding, transforms or tokenizers —
+        or the class reads a `numpy.memmap` of packed token ids.  Worker processes would only
+        add inter-process copies, as for a TensorDataset."""
+        if not isinstance(cls.body, cst.IndentedBlock):
+            return False
+        memmap = any(
+            self.qualname(c.func) == "numpy.memmap"
+            or (self.qualname(c.func) == "numpy.load" and any(a.keyword is not None and a.keyword.value == "mmap_mode"
+                                                            for a in c.args))
+            for c in self.calls())
+        if memmap and any(isinstance(f, cst.FunctionDef) and f.name.value in ("__iter__", "__getitem__")
+                          for f in cls.body.body):
+            return True  # slices of a memory-mapped token file (the iterator may be a helper class)
+        getitem = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "__getitem__"), None)
+        if getitem is None:
+            return False
+        return all(_cheap_call(self, c) for c in self.calls_within(getitem))
+
+    def pad_only_collate(self, fn: cst.CSTNode) -> bool:
+        """A collate function that only pads, stacks and casts what the samples hold."""
+        return all(_cheap_call(self, c) or call_name(c) in _PAD_CALLS for c in self.calls_within(fn))
 
     # -- kinds ----------------------------------------------------------------------------
     def kinds(self, node: cst.CSTNode | None) -> frozenset[str]:

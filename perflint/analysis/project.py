@@ -366,6 +366,17 @@ class ProjectIndex:
             return None  # the file's own analysis sees its own loops
         return tuple(got[0])
 
+    def syncs(self, where: tuple[str, str]) -> bool:
+        """Calling `where` waits for the GPU: a function whose body does each time, or a
+        class whose `forward` (what calling an instance runs) does."""
+        got = self.entry(where)
+        if got is None:
+            return False
+        what, data = got
+        if what == "class":
+            return bool((data.get("methods") or {}).get("forward", {}).get("syncs"))
+        return bool(data.get("syncs"))
+
     def called_from_training(self, where: tuple[str, str], depth: int = 0) -> bool:
         """Whether a file that trains calls `where` (directly, or through functions such a
         file calls): an evaluation loop in it runs during training."""
@@ -561,6 +572,12 @@ class ProjectView:
         got = self._ask(("step", symbol), lambda: self.index.step_caller((self.path, symbol)))  # type: ignore[union-attr]
         return tuple(got) if got else None  # type: ignore[return-value]
 
+    def call_syncs(self, ref: str) -> bool:
+        def compute():
+            w = self.index.resolve(self.path, ref)  # type: ignore[union-attr]
+            return bool(w is not None and w[1] and self.index.syncs(w))  # type: ignore[union-attr]
+        return bool(self._ask(("syncs", ref), compute))
+
     def called_from_training(self, symbol: str) -> bool:
         return bool(self._ask(("trained", symbol),
                               lambda: self.index.called_from_training((self.path, symbol))))  # type: ignore[union-attr]
@@ -614,7 +631,8 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
         method = {"resolve": view.resolve, "call": view.call_kinds, "class": view.class_kinds,
                   "layers": view.layer_apis, "attr": view.attr_kinds, "step": view.step_caller,
                   "param": view.param_kinds, "default": view.option_default, "const": view.constant,
-                  "playa": view.param_layer_apis, "settings": view.settings_near}.get(kind)
+                  "playa": view.param_layer_apis, "settings": view.settings_near, "syncs": view.call_syncs,
+                  "trained": view.called_from_training}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

@@ -198,6 +198,12 @@ def _class_info(facts, cls: cst.ClassDef) -> dict:
         kinds.append("model")
     if name in facts.dataset_classes:
         kinds.append("dataset")
+        if facts.cheap_samples_class(cls):
+            kinds.append("cheap_samples")  # in-memory or memory-mapped samples (PF101)
+        collate = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "collate_fn"),
+                       None) if isinstance(cls.body, cst.IndentedBlock) else None
+        if collate is not None and facts.pad_only_collate(collate):
+            kinds.append("pad_collate")
         if any((facts.qualname(b.value) or dotted(b.value) or "").endswith("IterableDataset") for b in cls.bases):
             kinds.append("iterable_dataset")
     bases = [r for r in (reference(facts, b.value) for b in cls.bases) if r is not None]

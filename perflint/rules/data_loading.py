@@ -372,6 +372,43 @@ def in_memory_tensors(facts: Facts, expr: cst.BaseExpression | None, depth: int 
     return isinstance(expr, cst.Call) and facts.qualname(expr.func) == "torch.utils.data.TensorDataset"
 
 
+def cheap_samples(facts: Facts, opts: dict) -> bool:
+    """The loader's samples cost next to nothing: a TensorDataset, or a Dataset class (of this
+    file or the project) that only indexes data already in memory or slices a memory-mapped
+    token file, with no collate_fn or one that only pads and stacks (a tokenised corpus, a
+    replay buffer).  Worker processes would only add inter-process copies."""
+    dataset = opts.get("dataset")
+    if in_memory_tensors(facts, dataset):
+        return True
+    node = _resolved(facts, dataset) if dataset is not None else None
+    if isinstance(node, cst.Attribute):
+        bs = facts.self_attr_bindings(node)
+        node = bs[0].node if len(bs) == 1 and bs[0].how == "expr" else node
+    if not isinstance(node, cst.Call):
+        return False
+    cls = facts.classes_by_name.get(node.func.value) if isinstance(node.func, cst.Name) else None
+    if cls is not None:
+        if cls.name.value not in facts.dataset_classes or not facts.cheap_samples_class(cls):
+            return False
+        kinds: frozenset = frozenset()
+    else:
+        kinds = facts.project_class_kinds(node.func)
+        if "cheap_samples" not in kinds:
+            return False
+    collate = opts.get("collate_fn")
+    if collate is None or literal_value(collate) is None:
+        return True
+    if isinstance(collate, cst.Attribute) and collate.attr.value == "collate_fn":
+        # `collate_fn=dataset.collate_fn`: the dataset class's own method.
+        if cls is not None:
+            fn = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "collate_fn"),
+                      None) if isinstance(cls.body, cst.IndentedBlock) else None
+            return fn is not None and facts.pad_only_collate(fn)
+        return "pad_collate" in kinds
+    fn = _function_node(facts, collate)
+    return isinstance(fn, (cst.FunctionDef, cst.Lambda)) and facts.pad_only_collate(fn)
+
+
 _ITER_WRAPPERS = {"enumerate", "tqdm", "trange", "zip", "iter", "track"}
 _WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "multiprocessing_context", "worker_init_fn")
 _LOADER_ATTRS = {"dataset", "sampler", "batch_sampler", "batch_size", "num_workers"}
@@ -783,8 +820,8 @@ class DataLoaderNoWorkers(Rule):
                     why = f"`num_workers={dotted(value)}` (default 0)" if dotted(value) else "`num_workers` (default 0)"
                 elif v != 0:
                     continue
-            if in_memory_tensors(facts, opts.get("dataset")):
-                continue
+            if cheap_samples(facts, opts):
+                continue  # in-memory or memory-mapped samples: workers only add copies
             if why and any(k in opts for k in _WORKER_ONLY_OPTIONS):
                 # `num_workers=args.workers` with `persistent_workers=True`/`prefetch_factor`:
                 # the author runs with workers; what the default 0 breaks is PF104's finding.

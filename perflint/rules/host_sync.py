@@ -8,6 +8,7 @@ import libcst as cst
 
 from perflint.analysis import Facts, call_name, iter_nodes
 from perflint.analysis.loops import after_latch
+from perflint.names import dotted
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation
 
@@ -537,6 +538,7 @@ def _sync_points(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
         return memo[region]
     memo[region] = []  # recursion guard
     points: list[cst.CSTNode] = []
+    waits_inside: set = set()
     for call in facts.calls_within(region):
         ctx = facts.iteration_context(call)
         if ctx is None or ctx.node is not region:
@@ -544,18 +546,28 @@ def _sync_points(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
         if _item_sync(facts, call) or _call_sync(facts, call) is not None:
             points.append(call)
             continue
-        for fn in _local_callees(facts, call):
-            if fn is not region and facts.step_function_kind(fn) is not None and _sync_points(facts, fn):
-                points.append(call)
-                break
+        if _callee_waits(facts, call, region):
+            points.append(call)
+            waits_inside.add(call)
     for cls in (cst.If, cst.While, cst.Assert):
         for node in facts.nodes_within(region, cls):
             ctx = facts.iteration_context(node)
             if ctx is not None and ctx.node is region and _condition_sync(facts, node):
                 points.append(node)
     points.sort(key=lambda n: facts.order.get(n, 0))
+    # `to_cpu(loss).item()`: a helper that reads inside a read is that read, not another one
+    points = [p for p in points if p not in waits_inside or not any(q is not p and facts.is_inside(p, q) for q in points)]
     memo[region] = points
     return points
+
+
+def _callee_waits(facts: Facts, call: cst.Call, region: cst.CSTNode) -> bool:
+    """The call waits for the GPU inside: a per-step function of this file that syncs
+    (reported there), or a function or model class of the project that does."""
+    for fn in _local_callees(facts, call):
+        if fn is not region and facts.step_function_kind(fn) is not None and _sync_points(facts, fn):
+            return True
+    return facts.callee_syncs(call)
 
 
 def _local_callees(facts: Facts, call: cst.Call) -> list[cst.FunctionDef]:
@@ -567,25 +579,77 @@ def _local_callees(facts: Facts, call: cst.Call) -> list[cst.FunctionDef]:
 
 
 def _waited_before(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
-    """The wait of the same iteration that makes `node` free: an earlier sync point with no
-    new GPU work queued between the two (`loss_meter.update(loss.item())` then
-    `acc_meter.update(acc.item())`). Once the GPU is drained, a read that waits for nothing
-    new costs only its copy. None when `node` waits for work of its own."""
-    return _group_of(facts, region).get(node)
+    """The wait of the same iteration that makes `node` free, or None when `node` is the
+    wait its iteration reports. Reads with no real GPU work queued between them form one
+    wait (see `_gpu_work_between`); it is reported once, at its first unconditional read
+    (else its first read), and not at all when one of its reads is needed anyway: a timing
+    `synchronize()`, an action for an environment, a host copy a CPU metric or a file needs,
+    a helper or model that reads back itself."""
+    group = _group_of(facts, region).get(node)
+    if group is None:
+        return None
+    if any(_forced(facts, p, region) for p in group):
+        return next((p for p in group if _forced(facts, p, region)), group[0])
+    rep = _representative(facts, region, group)
+    return None if rep is node else rep
+
+
+def _forced(facts: Facts, point: cst.CSTNode, region: cst.CSTNode) -> bool:
+    if isinstance(point, cst.Call):
+        got = _call_sync(facts, point)
+        if got is not None and got[0] == "forced":
+            return True
+        if not _item_sync(facts, point) and got is None:
+            return True  # a call that waits inside (a helper, a model's forward)
+        if got is not None and _host_data_needed(facts, point):
+            return True
+    return False
+
+
+def _representative(facts: Facts, region: cst.CSTNode, group: list) -> cst.CSTNode:
+    """The read a wait is reported at: its first read, unless that one only runs when a
+    switch is on (`if train_config.save_metrics:`) and a later read runs every time."""
+    if not _optional(facts, group[0], region):
+        return group[0]
+    return next((p for p in group if not _optional(facts, p, region)), group[0])
+
+
+def _optional(facts: Facts, node: cst.CSTNode, region: cst.CSTNode) -> bool:
+    """`node` sits in a branch taken on a switch: `if cfg.save_metrics:`, `if verbose:` (a
+    name or an attribute of something other than `self`)."""
+    cur = node
+    for a in facts.ancestors(node):
+        if a is region:
+            return False
+        if isinstance(a, cst.If) and cur is a.body:
+            test = a.test
+            while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                test = test.expression
+            text = dotted(test) if isinstance(test, (cst.Name, cst.Attribute)) else None
+            if text is not None and text.split(".")[0] != "self":
+                return True
+        cur = a
+    return False
 
 
 def _group_of(facts: Facts, region: cst.CSTNode) -> dict:
-    """sync point → the sync point that leads its group (absent for a group's leader)."""
+    """sync point → the list of sync points that wait together with it (its group)."""
     memo = facts.__dict__.setdefault("_sync_groups_memo", {})
     if region in memo:
         return memo[region]
-    out: dict = {}
+    leader: dict = {}
     points = _sync_points(facts, region)
     for i, p in enumerate(points):
         # the latest earlier wait that can run in the same iteration (not the other arm of an `if`)
         prev = next((q for q in reversed(points[:i]) if not _exclusive(facts, q, p)), None)
         if prev is not None and not _gpu_work_between(facts, region, prev, p):
-            out[p] = out.get(prev, prev)
+            leader[p] = leader.get(prev, prev)
+        else:
+            leader[p] = p
+    groups: dict = {}
+    for p in points:
+        groups.setdefault(leader[p], []).append(p)
+    out = {p: groups[leader[p]] for p in points}
     memo[region] = out
     return out
 
@@ -649,17 +713,16 @@ def _first_sync(facts: Facts, region: cst.CSTNode) -> cst.CSTNode | None:
 
 
 def _later_syncs(facts: Facts, region: cst.CSTNode, first: cst.CSTNode) -> list:
-    """Why steps for the waits of the same iteration that `first` makes free."""
+    """Why steps for the other reads of the wait `first` reports."""
     from perflint.analysis.hotpath import WhyStep, snippet
 
     out = []
-    group = _group_of(facts, region)
-    for p in _sync_points(facts, region):
-        if group.get(p) is not first:
+    for p in _group_of(facts, region).get(first, ()):
+        if p is first:
             continue
         text = snippet(p.test if isinstance(p, (cst.If, cst.While, cst.Assert)) else p)
-        out.append(WhyStep(p, f"`{text}` waits again in the same iteration (not reported apart: once the GPU is "
-                              "drained, a second read costs little)"))
+        out.append(WhyStep(p, f"`{text}` reads in the same wait (no forward, backward or step between): "
+                              "not reported apart"))
     return out
 
 
