@@ -6,7 +6,8 @@
   or a Dataset, the torch layer APIs it builds (`apis`), the project names it calls
   (`uses`), the kinds of the `self.` attributes it sets, and its methods;
 * `functions`: each top-level function — the kinds it returns, the calls whose result it
-  returns (`ret_calls`, resolved later), `apis` and `uses`;
+  returns (`ret_calls`, resolved later), `apis` and `uses`, and `syncs` when it waits for
+  the GPU each time it runs;
 * `defaults`: option defaults — argparse `add_argument('--workers', default=4)`, dataclass
   fields, config dict / SimpleNamespace literals;
 * `calls`: calls of project-level names with the kinds of their arguments, the function
@@ -30,7 +31,7 @@ from perflint.analysis.syntax import NOT_LITERAL, call_name, get_arg, has_splat,
 from perflint.analysis.vocab import DATALOADER, _OPTION_ROOTS
 from perflint.names import dotted
 
-SUMMARY_VERSION = 3
+SUMMARY_VERSION = 4
 # Import roots that are never the project's own modules.
 LIBRARY_ROOTS = frozenset({
     "torch", "numpy", "np", "scipy", "torchvision", "torchaudio", "transformers", "accelerate", "timm", "os", "sys",
@@ -154,6 +155,8 @@ def _function_info(facts, fn: cst.FunctionDef) -> dict:
     if facts.is_grad_off_factory(fn):
         returns.add("grad_off_decorator")
     info = {"returns": _strong(returns, RESULT_KINDS), "ret_calls": sorted(ret_calls)}
+    if facts.function_syncs(fn):
+        info["syncs"] = True  # waits for the GPU each time it runs (`.item()`, `.cpu()`, ...)
     if loader_options is not None:
         info["loader"] = loader_options
     info.update(_body_info(facts, fn))
