@@ -49,3 +49,19 @@ def test_settings_and_loss_scaling_made_elsewhere_silence_the_module(tmp_path):
     (root / "amp_optim.py").unlink()
     r = run("check", "--no-cache", "--select", "PF404,PF406", "--output-format", "concise", str(root))
     assert "PF406" in r.output and "PF404" in r.output, r.output
+
+
+P14 = FIXTURES / "projects" / "p14_cuda_extension_ops"
+
+
+def test_no_bf16_rewrite_over_the_projects_own_cuda_ops(tmp_path):
+    root = _copy(P14, tmp_path)
+    before = (root / "train.py").read_text()
+    r = run("fix", "--unsafe-fixes", "--no-cache", "--select", "PF403", str(root))
+    assert r.exit_code == 1, r.output  # reported, not rewritten
+    assert (root / "train.py").read_text() == before
+    # Without the extension module in view, the same step gets the bf16 rewrite.
+    shutil.rmtree(root / "op")
+    (root / "train.py").write_text(before.replace("from op import fused_leaky_relu\n", "from op_lib import fused_leaky_relu\n"))
+    run("fix", "--unsafe-fixes", "--no-cache", "--select", "PF403", str(root))
+    assert "torch.autocast(" in (root / "train.py").read_text()

@@ -377,7 +377,8 @@ def _in_main_guard(facts, node) -> bool:
 def _settings(facts) -> dict:
     """What the file sets up — "tf32", "cudnn_benchmark", "deterministic" (assignments and
     calls that set them, not reads), "amp" (autocast, a framework precision flag), "scaler"
-    (a GradScaler) — split into what runs on import ("settings") and what runs only when the
+    (a GradScaler), "cuda_ext" (builds C++/CUDA extension ops) — split into what runs on
+    import ("settings") and what runs only when the
     file is the script (`if __name__ == "__main__":`, "main_settings")."""
     found: dict[str, set] = {"settings": set(), "main_settings": set()}
 
@@ -401,6 +402,8 @@ def _settings(facts) -> dict:
             add(call, "tf32")
         elif q == "torch.use_deterministic_algorithms":
             add(call, "deterministic")
+        elif q.startswith("torch.utils.cpp_extension."):
+            add(call, "cuda_ext")  # builds C++/CUDA ops: their dtype support is their own
         for a in call.args:
             if a.keyword is not None and a.keyword.value in ("precision", "mixed_precision"):
                 v = literal_value(a.value)

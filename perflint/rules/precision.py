@@ -1210,7 +1210,10 @@ class NoMixedPrecision(Rule):
     layers (torch's autocast wrapper for cuDNN RNNs casts them to float16 whatever the dtype
     asked, `aten/src/ATen/cudnn/AutocastRNN.cpp`, so they need a GradScaler), or uses
     `nn.DataParallel` (its replica threads enter `autocast(enabled=...)` without the dtype,
-    `torch/nn/parallel/parallel_apply.py`, so they run float16). bf16 needs no GradScaler:
+    `torch/nn/parallel/parallel_apply.py`, so they run float16), or builds custom C++/CUDA ops
+    (`torch.utils.cpp_extension`, in the file or a module it imports): kernels dispatched with
+    `AT_DISPATCH_FLOATING_TYPES_AND_HALF` raise "not implemented for 'BFloat16'" under bf16
+    autocast (stylegan2's fused_bias_act/upfirdn2d). bf16 needs no GradScaler:
     it has fp32's exponent range. When the step runs on the script's own device (`x.to(device)`,
     `.to(args.device)`, a `device` parameter) and that device may not be CUDA, the autocast
     is enabled only there: `enabled=device.type == "cuda"` for a `torch.device`,
@@ -1245,7 +1248,8 @@ class NoMixedPrecision(Rule):
     def check(self, facts: Facts) -> Iterator[Violation]:
         if not facts.is_cuda_code or self._has_precision_setup(facts):
             return
-        if settings_near(facts)[0] & {"amp", "scaler"}:
+        near = settings_near(facts)[0]
+        if near & {"amp", "scaler"}:
             return  # autocast or a scaler in the modules around (a trainer base class, a wrapper optimizer)
         tn = torch_module_name(facts)
         steps: list[tuple[cst.Call, object, int | None, int | None, cst.Call | None]] = []
@@ -1271,6 +1275,10 @@ class NoMixedPrecision(Rule):
             # fp32 margin weights. Report, but offer no rewrite.
             steps = [(c, None, s, e, f) for c, b, s, e, f in steps]
         why_not = _no_bf16_autocast_fix(facts)
+        if not why_not and ("cuda_ext" in near or facts.references("torch.utils.cpp_extension")):
+            why_not = ("the model runs custom C++/CUDA extension ops (`torch.utils.cpp_extension`), which often "
+                       "dispatch only float32/float16 and raise on bfloat16: check them, or use float16 with a "
+                       "`torch.amp.GradScaler`")
         if why_not:
             steps = [(c, None, s, e, f) for c, b, s, e, f in steps]
         per_block: dict[cst.CSTNode, list[tuple[int, int, str]]] = {}
