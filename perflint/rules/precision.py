@@ -421,9 +421,35 @@ def settings_near(facts: Facts) -> tuple[set[str], bool]:
     return set(got.get("settings", ())), bool(got.get("imported"))
 
 
+def optimizes_inputs_only(facts: Facts) -> bool:
+    """Every optimizer the file builds updates free tensors (`Adam([latent] + noises)`: GAN
+    inversion, adversarial inputs, style transfer), none a module's `.parameters()`: the
+    loop with `backward()`/`step()` trains no model."""
+    ctors = [c for c in facts.calls() if (facts.qualname(c.func) or "").startswith("torch.optim.")
+             and (facts.qualname(c.func) or "").count(".") == 2 and call_name(c)[:1].isupper()]
+    if not ctors:
+        return False
+    for c in ctors:
+        params = get_arg(c, "params", 0)
+        if params is None:
+            return False
+        value = params.value
+        if isinstance(value, cst.Name):
+            bs = facts.lookup(value.value, value)
+            value = bs[0].node if len(bs) == 1 and bs[0].how == "expr" else value
+        nodes = list(iter_nodes(value))
+        if not isinstance(nodes[0], (cst.List, cst.BinaryOperation, cst.Tuple)):
+            return False
+        if any(isinstance(n, cst.Call) for n in nodes) or any(isinstance(n, (cst.Dict, cst.Attribute)) for n in nodes):
+            return False  # `.parameters()`, param groups, `model.weight`: may be a module's weights
+    return True
+
+
 def is_training_file(facts: Facts) -> bool:
     """A file that trains: a training loop that updates weights (not a profiling helper that
     times `.backward()` in a loop), or a per-step training function of its own."""
+    if optimizes_inputs_only(facts):
+        return False  # GAN inversion and the like: the optimizer updates inputs, not a model
     if any(updates_weights(facts, loop, wrapping=True) for loop in facts.training_loops()):
         return True
     # A helper called once per step from another file's loop is per-step code, but its file
@@ -1246,7 +1272,7 @@ class NoMixedPrecision(Rule):
     tokens = (b"backward",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        if not facts.is_cuda_code or self._has_precision_setup(facts):
+        if not facts.is_cuda_code or self._has_precision_setup(facts) or optimizes_inputs_only(facts):
             return
         near = settings_near(facts)[0]
         if near & {"amp", "scaler"}:
