@@ -127,6 +127,27 @@ class KindsMixin:
             return False
         return all(_cheap_call(self, c) for c in self.calls_within(getitem))
 
+    def moves_samples_to_device(self, cls: cst.ClassDef) -> bool:
+        """A Dataset class whose `__getitem__`/`__iter__` puts samples on a device: `.cuda()`,
+        or `.to(x)` with a device that may be a GPU (`self.device`, a "cuda" string)."""
+        if not isinstance(cls.body, cst.IndentedBlock):
+            return False
+        for f in cls.body.body:
+            if isinstance(f, cst.FunctionDef) and f.name.value in ("__getitem__", "__iter__", "__getitems__"):
+                for c in self.calls_within(f):
+                    name = call_name(c)
+                    if name == "cuda":
+                        return True
+                    if name == "to" and c.args:
+                        first = c.args[0]
+                        if first.keyword is not None and first.keyword.value != "device":
+                            continue
+                        dk = self.device_kinds(first.value)
+                        label = (dotted(first.value) or "").rsplit(".", 1)[-1].lower()
+                        if dk & {"device_cuda", "device_other"} or "device" in label:
+                            return True
+        return False
+
     def pad_only_collate(self, fn: cst.CSTNode) -> bool:
         """A collate function that only pads, stacks and casts what the samples hold."""
         return all(_cheap_call(self, c) or call_name(c) in _PAD_CALLS for c in self.calls_within(fn))

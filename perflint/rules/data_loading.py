@@ -334,6 +334,12 @@ def dataset_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0
             cls = facts.classes_by_name.get(expr.func.value)
             if cls is not None:
                 return "device" if moves_to_device(facts, cls) else args
+        if "device_samples" in facts.project_class_kinds(expr.func):
+            return "device"  # a project Dataset class whose samples are put on a device
+        if any(a.keyword is not None and a.keyword.value == "device"
+               and facts.device_kinds(a.value) - {"device_cpu"} for a in expr.args) \
+                and "dataset" in facts.project_class_kinds(expr.func):
+            return "device"  # `MyDataset(..., device=device)`: it places its samples there
     return "unknown"
 
 
@@ -346,12 +352,32 @@ def _resolved(facts: Facts, expr: cst.BaseExpression) -> cst.CSTNode:
     return expr
 
 
-def collate_origin(facts: Facts, call: cst.Call, expr: cst.BaseExpression | None = None) -> str:
+def collate_origin(facts: Facts, call: cst.Call, expr: cst.BaseExpression | None = None, depth: int = 0) -> str:
     if expr is None:
         arg = loader_arg(call, "collate_fn")
         expr = arg.value if arg is not None else None
     if expr is None or literal_value(expr) is None:
         return "cpu"
+    if isinstance(expr, cst.Name) and depth < 3:
+        bound = _resolved(facts, expr)
+        if bound is not expr and isinstance(bound, cst.Call):
+            return collate_origin(facts, call, bound, depth + 1)
+    if isinstance(expr, cst.Call) and (facts.qualname(expr.func) or call_name(expr)) in ("functools.partial", "partial") \
+            and expr.args:
+        # `partial(collate, device=device)`: a device bound into the collate moves the batch.
+        for a in expr.args[1:]:
+            if a.keyword is not None and a.keyword.value in ("device", "dev") \
+                    and facts.device_kinds(a.value) - {"device_cpu"}:
+                return "device"
+            if a.keyword is None and moves_to_device(facts, a.value):
+                return "device"
+        return collate_origin(facts, call, expr.args[0].value, depth + 1)
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value not in facts.classes_by_name:
+        # A collator object from another module built with a device (`Collator(device=dev)`).
+        for a in expr.args:
+            if a.keyword is not None and a.keyword.value in ("device", "dev") \
+                    and facts.device_kinds(a.value) - {"device_cpu"}:
+                return "device"
     fn = _function_node(facts, expr)
     if fn is None:
         return "unknown"
