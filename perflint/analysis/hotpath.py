@@ -27,6 +27,7 @@ from functools import cached_property
 import libcst as cst
 
 from perflint.analysis.syntax import call_name
+from perflint.analysis.tree import iter_nodes
 
 _EMPTY = cst.Module(body=[])
 _SYNC_READS = {"item", "cpu", "numpy", "tolist"}
@@ -74,7 +75,7 @@ class HotPathMixin:
         if info is None:
             return None
         region = info.node
-        if self.once_only(region) or self.checks_parity(region):
+        if self.once_only(region) or self.checks_parity(region) or self.optimizes_inputs(region):
             return None
         steps: list[WhyStep] = []
         if info.kind == "eval":
@@ -132,6 +133,14 @@ class HotPathMixin:
         memo[fn] = False
         found = False
         for call in self.calls_within(fn):
+            if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
+                    and call.func.value.value == "self" and self.runs_each_time(call, fn, nested_functions=False):
+                cls = self.enclosing_class(fn)
+                method = next((m for m in self.functions_by_name.get(call.func.attr.value, ())
+                               if self.enclosing_class(m) is cls and m is not fn), None)
+                if method is not None and self.function_syncs(method):
+                    found = True  # `self.expand(x)`: a method of the same class that reads back
+                    break
             if isinstance(call.func, cst.Attribute) and call_name(call) in _SYNC_READS and not call.args:
                 recv = call.func.value
                 ks = self.kinds(recv)
@@ -157,6 +166,29 @@ class HotPathMixin:
         if ref is None or ref.startswith("#"):
             return False
         return self.project.call_syncs(ref)
+
+    def optimizes_inputs(self, region: cst.CSTNode) -> bool:
+        """Every optimizer the region steps was built over plain tensors, not a model's
+        parameters (`Adam([latent] + noises)`): a GAN inversion, a style transfer, an
+        adversarial search — the loop fits inputs to a fixed model; it does not train one."""
+        steps = [c for c in self.calls_within(region) if self.is_optimizer_step(c) and isinstance(c.func, cst.Attribute)]
+        if not steps:
+            return False
+        for c in steps:
+            recv = c.func.value
+            bindings = self.lookup(recv.value, recv) if isinstance(recv, cst.Name) else []
+            if len(bindings) != 1 or bindings[0].how != "expr" or not isinstance(bindings[0].node, cst.Call):
+                return False
+            built = bindings[0].node
+            if not built.args or not (self.qualname(built.func) or "").startswith("torch.optim."):
+                return False
+            params = built.args[0].value
+            if not isinstance(params, (cst.List, cst.BinaryOperation)):
+                return False
+            for n in iter_nodes(params):
+                if isinstance(n, (cst.Call, cst.Dict)):
+                    return False  # `.parameters()`, param groups
+        return True
 
     def once_only(self, loop: cst.CSTNode) -> bool:
         """A loop whose body always ends in `return` or `break`: it runs one iteration

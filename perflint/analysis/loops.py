@@ -276,6 +276,8 @@ class LoopsMixin:
                     return True
         for n in _iter_expr(test):
             if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo):
+                if self._modulo_by_one(n):
+                    continue  # `it % log_interval == 0` with `log_interval = 1`: every step
                 return True
             if isinstance(n, cst.Call) and self._is_modulo_helper(n):
                 return True  # `divisible_by(step, N)`: a `step % N == 0` in a function
@@ -283,6 +285,8 @@ class LoopsMixin:
                 for comp in n.comparisons:
                     if isinstance(comp.operator, cst.Equal):
                         sides = (n.left, comp.comparator)
+                        if any(_modulo(x) for x in sides):
+                            continue  # `step % n == 0`: decided by the modulo itself
                         for side in sides:
                             if isinstance(side, cst.Integer):
                                 return True
@@ -300,6 +304,18 @@ class LoopsMixin:
                     return True
             if isinstance(n, cst.Attribute) and _THROTTLE_NAMES.search(n.attr.value.lower()):
                 return True
+        return False
+
+    def _modulo_by_one(self, expr: cst.BinaryOperation) -> bool:
+        """`x % 1`, or `x % n` where `n` is a name bound only to the literal 1 (lit-llama's
+        module-level `log_interval = 1`): true on every step."""
+        right = expr.right
+        if isinstance(right, cst.Integer):
+            return right.value == "1"
+        if isinstance(right, cst.Name):
+            bindings = self.lookup(right.value, right)
+            return bool(bindings) and all(
+                b.how == "expr" and isinstance(b.node, cst.Integer) and b.node.value == "1" for b in bindings)
         return False
 
     def _throttle_flag(self, name: cst.Name, depth: int) -> bool:
@@ -363,7 +379,8 @@ class LoopsMixin:
         if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
             comp = test.comparisons[0]
             if isinstance(comp.operator, cst.Equal) and (_modulo(test.left) or _modulo(comp.comparator)):
-                return True
+                m = test.left if _modulo(test.left) else comp.comparator
+                return not self._modulo_by_one(m)
             if isinstance(comp.operator, cst.Equal):
                 return self.is_throttled_test(test, depth)  # `it == last`, `i == 0`
             return False
