@@ -75,7 +75,8 @@ class HotPathMixin:
         if info is None:
             return None
         region = info.node
-        if self.once_only(region) or self.checks_parity(region) or self.optimizes_inputs(region):
+        if self.once_only(region) or self.checks_parity(region) or self.optimizes_inputs(region) \
+                or self.test_code:
             return None
         steps: list[WhyStep] = []
         if info.kind == "eval":
@@ -89,6 +90,14 @@ class HotPathMixin:
             steps += self._step_function_evidence(region, info.kind)
         steps += self._inner_context(node, region)
         return steps
+
+    @cached_property
+    def test_code(self) -> bool:
+        """The module is test code found by its content: it imports pytest or unittest (a
+        test helper module, a conftest-like fixture file). Test files by name are handled by
+        the runner; their helpers run a few steps on tiny inputs on purpose."""
+        roots = {v.split(".", 1)[0] for v in self.imports.aliases.values()}
+        return bool(roots & {"pytest", "unittest", "_pytest"})
 
     @cached_property
     def trains(self) -> bool:
