@@ -1607,14 +1607,48 @@ def _training_anchor(facts: Facts) -> tuple[cst.CSTNode | None, str]:
     return None, "training code"
 
 
+def _frozen(facts: Facts, call: cst.Call) -> bool:
+    """The model built by `call` is frozen: `.requires_grad_(False)` chained on it or called on
+    the name it is bound to, or `p.requires_grad = False` over that name's parameters."""
+    node: cst.CSTNode = call
+    while True:  # up the chain `vgg16(...).features[:16].cuda().eval()`
+        parent = facts.parent(node)
+        if isinstance(parent, (cst.Attribute, cst.Subscript)) and parent.value is node:
+            node = parent
+            continue
+        if isinstance(parent, cst.Call) and parent.func is node:
+            if call_name(parent) == "requires_grad_" and parent.args and literal_value(parent.args[0].value) is False:
+                return True
+            node = parent
+            continue
+        break
+    assign = facts.parent(node)
+    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+        return False
+    target = dotted(assign.targets[0].target)
+    if not target:
+        return False
+    for c in facts.calls():
+        if call_name(c) == "requires_grad_" and isinstance(c.func, cst.Attribute) \
+                and dotted(c.func.value) == target and c.args and literal_value(c.args[0].value) is False:
+            return True
+    for loop in facts.index[cst.For]:
+        it = loop.iter
+        if isinstance(it, cst.Call) and call_name(it) == "parameters" and isinstance(it.func, cst.Attribute) \
+                and dotted(it.func.value) == target:
+            for n in iter_nodes(loop.body):
+                if isinstance(n, cst.Assign) and literal_value(n.value) is False and any(
+                        isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad" for t in n.targets):
+                    return True
+    return False
+
+
 def _first_conv_call(facts: Facts) -> cst.Call | None:
-    """The first convolution layer (or torchvision classifier) the file builds or calls."""
-    best = None
-    for call in facts.calls():
-        q = facts.qualname(call.func) or ""
-        if q in _CONV_APIS or _TORCHVISION_CLASSIFIER.match(q):
-            if best is None or facts.order[call] < facts.order[best]:
-                best = call
+    """The first convolution layer (or torchvision classifier) the file builds or calls, a
+    trained one before a frozen one (a perceptual-loss feature network)."""
+    candidates = [c for c in facts.calls()
+                  if (facts.qualname(c.func) or "") in _CONV_APIS or _TORCHVISION_CLASSIFIER.match(facts.qualname(c.func) or "")]
+    best = min(candidates, key=lambda c: (_frozen(facts, c), facts.order[c])) if candidates else None
     if best is None and facts.project is not None:
         # The layers are built in another module: point at the model the file builds there.
         for call in facts.calls():
@@ -1648,6 +1682,28 @@ def _variable_input_shapes(facts: Facts) -> bool:
                     if isinstance(n, cst.Call) and call_name(n) in _RANDOM_CALLS:
                         return True
     return False
+
+
+_CONV1D_APIS = {"torch.nn.Conv1d", "torch.nn.ConvTranspose1d", "torch.nn.LazyConv1d", "torch.nn.LazyConvTranspose1d",
+                 "torch.nn.functional.conv1d", "torch.nn.functional.conv_transpose1d", "torch.conv1d"}
+_SEQUENCE_WORDS = ("lengths", "seq_len", "src_len", "tgt_len", "max_len", "padding_mask", "attention_mask",
+                   "key_padding_mask", "x_mask", "src_mask", "mel_len", "text_len")
+
+
+def _sequence_convs(facts: Facts) -> bool:
+    """The convolutions are 1-D over sequences whose length changes per batch (the file keeps
+    per-batch lengths or padding masks), or all pointwise (kernel size 1, like the 1×1 convs
+    of a TTS or ASR model): `cudnn.benchmark` would re-tune for every new length and gain
+    nothing on a pointwise GEMM."""
+    convs = [c for c in facts.calls() if (facts.qualname(c.func) or "") in _CONV_APIS]
+    if not convs or any(_TORCHVISION_CLASSIFIER.match(q) for q in layer_qualnames(facts)) \
+            or facts.project_layer_apis & _CONV_APIS:
+        return False  # (some) layers live in another module or a library model: no view of their kernels
+    if all(literal_value((get_arg(c, "kernel_size", 2) or cst.Arg(cst.Name("x"))).value) in (1, (1, 1), (1, 1, 1))
+           for c in convs):
+        return True
+    one_d = all((facts.qualname(c.func) or "") in _CONV1D_APIS for c in convs)
+    return one_d and words(facts).name_contains(*_SEQUENCE_WORDS)
 
 
 def _cudnn_flag_assignments(facts: Facts, flag: str) -> list[cst.Assign]:
@@ -1703,7 +1759,8 @@ class CudnnBenchmarkNotEnabled(Rule):
     by a blank line (as for PF405).
     The rule is silent when the file shows signs of variable input shapes (`pad_sequence`,
     packed sequences, random-size crops or resizes, custom `collate_fn`/`batch_sampler`,
-    detection models) or any determinism setting. No fix for the benchmark/deterministic
+    detection models, 1-D convolutions next to per-batch lengths or padding masks), when
+    every convolution is pointwise (kernel size 1), or any determinism setting. No fix for the benchmark/deterministic
     conflict: which of the two the user wants is unknown.
 
     ## Applies to
@@ -1736,7 +1793,7 @@ class CudnnBenchmarkNotEnabled(Rule):
             return
         if any(a.keyword is not None and a.keyword.value == "benchmark" for c in facts.calls() for a in c.args):
             return  # e.g. Lightning's Trainer(benchmark=...)
-        if not has_conv_layers(facts) or _variable_input_shapes(facts):
+        if not has_conv_layers(facts) or _variable_input_shapes(facts) or _sequence_convs(facts):
             return
         near, imported = settings_near(facts)
         if near & {"cudnn_benchmark", "deterministic"}:
@@ -1750,6 +1807,8 @@ class CudnnBenchmarkNotEnabled(Rule):
         conv = _first_conv_call(facts)
         what = "this convolution layer" if conv is None or facts.qualname(conv.func) in _CONV_APIS \
             else "the convolution layers of this model"
+        if conv is not None and _frozen(facts, conv):
+            what = "this frozen network's convolutions (it is not trained, but its forward runs every step)"
         yield Violation(
             conv or anchor,
             f"CUDA training runs {what} without `torch.backends.cudnn.benchmark = True`: with fixed "
