@@ -159,3 +159,44 @@ async def test_hover_shows_why_the_finding_runs_every_step(client, tmp_path):  #
     assert "PF201: why this runs on every step" in text
     assert "- line 12: `for x, y in loader` is a training loop" in text
     assert "## What it does" in text
+
+
+AUDIO = """\
+import torch
+
+
+def spectrogram(y):
+    if torch.min(y) < -1.0:
+        print("min value is", torch.min(y))
+    return torch.stft(y, 256, return_complex=True).abs()
+"""
+
+AUDIO_TRAIN = """\
+import torch
+from audio import spectrogram
+
+device = torch.device("cuda")
+model = torch.nn.Linear(8, 8).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+total = 0.0
+for y in loader:
+    out = model(y.to(device))
+    loss = (out - y.to(device)).abs().mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    spec = spectrogram(out.detach())
+    total += loss.item()
+    loss2 = model(y.to(device)).mean()
+    total += loss2.item()
+"""
+
+
+def test_a_read_right_after_a_project_helper_that_reads_back_is_part_of_that_wait(tmp_path, monkeypatch):
+    write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "audio.py": AUDIO, "train.py": AUDIO_TRAIN})
+    monkeypatch.chdir(tmp_path)
+    found = _json(run("check", "--no-cache", "--select", "PF201,PF202", "--output-format", "json"))
+    got = sorted((Path(d["filename"]).name, d["location"]["row"], d["code"]) for d in found)
+    # the helper's branch is the wait (reported there); `loss.item()` right after it is free;
+    # the read after a second forward is a wait of its own
+    assert got == [("audio.py", 5, "PF202"), ("train.py", 17, "PF201")]

@@ -31,6 +31,7 @@ from perflint.analysis.tree import iter_nodes
 
 _EMPTY = cst.Module(body=[])
 _SYNC_READS = {"item", "cpu", "numpy", "tolist"}
+_REDUCTIONS = {"min", "max", "any", "all", "isnan", "isinf", "isfinite", "equal", "allclose", "count_nonzero"}
 _CHECK_NAME = re.compile(r"^_*(check|verify|compare|assert)(_|$)|parity|equivalen", re.I)
 _CLOSENESS = {"torch.allclose", "torch.testing.assert_close", "torch.testing.assert_allclose", "numpy.allclose",
               "numpy.testing.assert_allclose"}
@@ -161,8 +162,29 @@ class HotPathMixin:
             if self.runs_each_time(call, fn, nested_functions=False):
                 found = True
                 break
+        if not found:
+            # `if torch.min(y) < -1.:` — a branch on a tensor reduction reads it back
+            for cls in (cst.If, cst.While, cst.Assert):
+                for node in self.nodes_within(fn, cls):
+                    if self.enclosing_function(node) is fn and self._tensor_test(node.test) \
+                            and self.runs_each_time(node, fn, nested_functions=False):
+                        found = True
+                        break
+                if found:
+                    break
         memo[fn] = found
         return found
+
+    def _tensor_test(self, test: cst.BaseExpression) -> bool:
+        for n in iter_nodes(test):
+            if isinstance(n, cst.Call):
+                q = self.qualname(n.func) or ""
+                last = q.rsplit(".", 1)[-1] if q.startswith("torch.") else None
+                if last is None and isinstance(n.func, cst.Attribute) and not isinstance(n.func.value, cst.Name):
+                    last = n.func.attr.value  # `(x > 0).any()`, `y.abs().max()`
+                if last in _REDUCTIONS:
+                    return True
+        return False
 
     def callee_syncs(self, call: cst.Call) -> bool:
         """Calling `call` waits for the GPU inside: a function or a model class of the project
