@@ -65,3 +65,9 @@ def test_no_bf16_rewrite_over_the_projects_own_cuda_ops(tmp_path):
     (root / "train.py").write_text(before.replace("from op import fused_leaky_relu\n", "from op_lib import fused_leaky_relu\n"))
     run("fix", "--unsafe-fixes", "--no-cache", "--select", "PF403", str(root))
     assert "torch.autocast(" in (root / "train.py").read_text()
+
+
+def test_the_library_modules_message_points_at_the_entry_point(tmp_path):
+    root = _copy(P13, tmp_path)
+    r = run("check", "--no-cache", "--select", "PF406", "--output-format", "concise", str(root))
+    assert "in the script that runs training" in r.output and "after the imports" not in r.output, r.output

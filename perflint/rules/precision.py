@@ -1589,8 +1589,10 @@ class Tf32NotEnabled(Rule):
         yield Violation(
             node or anchor,
             f"fp32 matmuls in this {what} run without TF32 on Ampere+ GPUs: add "
-            '`torch.set_float32_matmul_precision("high")` once after the imports (a file-wide setting; '
-            "do not mix it with the new `fp32_precision` API)",
+            '`torch.set_float32_matmul_precision("high")` once '
+            + ("in the script that runs training (other modules import this one; a process-wide setting "
+               "belongs in the entry point; " if imported else "after the imports (a file-wide setting; ")
+            + "do not mix it with the new `fp32_precision` API)",
             fix,
         )
 
@@ -1812,8 +1814,9 @@ class CudnnBenchmarkNotEnabled(Rule):
         yield Violation(
             conv or anchor,
             f"CUDA training runs {what} without `torch.backends.cudnn.benchmark = True`: with fixed "
-            "input shapes the autotuner picks faster convolution algorithms (a file-wide setting: add it "
-            "once after the imports)",
+            "input shapes the autotuner picks faster convolution algorithms ("
+            + ("a process-wide setting: add it once in the script that runs training, which imports this module)"
+               if imported else "a file-wide setting: add it once after the imports)"),
             fix,
         )
 
@@ -1831,9 +1834,9 @@ class CudnnBenchmarkNotEnabled(Rule):
             if literal_value(assign.value) is True and id(facts.parent(facts.statement_of(assign))) in det_blocks:
                 yield Violation(
                     assign,
-                    "`cudnn.benchmark = True` next to a determinism setting: benchmarking picks "
-                    "algorithms by timing, so runs are not reproducible; set `benchmark = False` "
-                    "for reproducibility, or drop the determinism flag for speed",
+                    "`cudnn.benchmark = True` next to a determinism setting: the determinism flag keeps "
+                    "cuDNN to its slower deterministic algorithms while benchmarking makes runs differ anyway; "
+                    "drop the determinism flag for speed, or set `benchmark = False` if reproducibility is the goal",
                 )
 
 
