@@ -284,9 +284,13 @@ def _run(paths, *, select, extend_select, ignore, target_torch, config_file, exc
         if progress is not None:
             progress.stop()
     if stdin is None and outcome.files == 0 and not outcome.all_errors:
-        # As ruff: say that nothing was checked rather than "All checks passed!".
+        # As ruff: say that nothing was checked rather than "All checks passed!"; the
+        # machine formats still print their (empty) report.
         where = ", ".join(display_path(p) for p in (paths or (".",)))
         click.echo(f"warning: No Python files found under {where}", err=True)
+        if output_format in ("json", "sarif", "github") and not add_noqa:
+            with _report_to(output_file):
+                _render(outcome, output_format, False, statistics, quiet)
         sys.exit(EXIT_CLEAN)
     errors = outcome.all_errors
     if add_noqa:

@@ -13,7 +13,6 @@ layer and the command line another, applied in that order:
 
 from __future__ import annotations
 
-import fnmatch
 import re
 import sys
 from functools import lru_cache
@@ -187,16 +186,25 @@ def fixable_codes(settings: Settings) -> frozenset[str] | None:
 def ignored_for_path(settings: Settings, rel_path: str) -> set[str]:
     """Codes that per-file-ignores switch off for a path relative to the settings' root.
 
-    A pattern matches the path relative to the configuration's folder or the file's name
-    (`"__init__.py"`, `"tests/*"`, `"**/scripts/*.py"`, `"{tests,docs}/*"`), as in ruff.
+    Patterns are matched as `exclude` patterns are, with pathspec's gitignore semantics
+    (`*` stays within one folder, `**` crosses folders; a pattern without a slash matches
+    a file or folder name at any depth; `tests/` everything below it), plus `{a,b}`
+    alternatives as in ruff: `"__init__.py"`, `"tests/*"`, `"**/scripts/*.py"`,
+    `"{tests,docs}/"`.
     """
     out: set[str] = set()
     posix = PurePosixPath(rel_path).as_posix()
-    name = PurePosixPath(posix).name
     for pattern, codes in settings.per_file_ignores:
-        if any(_glob_match(posix, p) or _glob_match(name, p) for p in _braces(pattern)):
+        if _pattern_spec(pattern).match_file(posix):
             out |= _expand(codes)
     return out
+
+
+@lru_cache(maxsize=256)
+def _pattern_spec(pattern: str):
+    import pathspec
+
+    return pathspec.GitIgnoreSpec.from_lines(p.removeprefix("./") for p in _braces(pattern))
 
 
 @lru_cache(maxsize=256)
@@ -209,14 +217,3 @@ def _braces(pattern: str) -> tuple[str, ...]:
     for alt in m.group(1).split(","):
         out.extend(_braces(pattern[: m.start()] + alt + pattern[m.end():]))
     return tuple(out)
-
-
-def _glob_match(path: str, pattern: str) -> bool:
-    pattern = pattern.removeprefix("./")
-    if fnmatch.fnmatchcase(path, pattern):
-        return True
-    if "**/" in pattern and fnmatch.fnmatchcase(path, pattern.replace("**/", "")):
-        return True
-    # A folder pattern: "tests/" or "tests" matches files below it.
-    p = pattern.rstrip("/")
-    return bool(p) and (path == p or path.startswith(p + "/"))

@@ -77,6 +77,8 @@ def test_a_folder_without_python_files_warns_instead_of_passing(proj):
     assert r.exit_code == 0
     assert "warning: No Python files found under docs" in r.stderr
     assert "All checks passed" not in r.output
+    as_json = run("check", "docs", "--output-format", "json")
+    assert as_json.exit_code == 0 and json.loads(as_json.stdout) == []
 
 
 def test_fix_diff_with_only_unsafe_fixes_says_how_many_and_the_flag(proj):

@@ -82,6 +82,24 @@ def test_per_file_ignores(root):
     ]
 
 
+def test_per_file_ignores_match_as_excludes_do(root):
+    """One glob language for excludes and per-file-ignores (pathspec): `*` stays within a
+    folder, `**` crosses folders, a bare name matches at any depth, `dir/` all below it."""
+    from perflint.config import Settings
+    from perflint.selection import ignored_for_path
+
+    def ignored(pattern: str, path: str) -> bool:
+        return "PF101" in ignored_for_path(Settings(per_file_ignores=((pattern, ("PF101",)),)), path)
+
+    assert ignored("tests/*", "tests/t.py") and ignored("tests/*", "tests/unit/t.py")  # the folder matches
+    assert ignored("src/*.py", "src/a.py") and not ignored("src/*.py", "src/a/b.py")  # fnmatch's * crossed "/"
+    assert ignored("tests/**", "tests/unit/t.py") and ignored("tests/", "tests/unit/t.py")
+    assert ignored("**/scripts/*.py", "a/b/scripts/s.py") and not ignored("**/scripts/*.py", "a/scripts/x/s.py")
+    assert ignored("__init__.py", "pkg/sub/__init__.py") and not ignored("__init__.py", "pkg/init.py")
+    assert ignored("{tests,docs}/", "docs/conf.py") and not ignored("{tests,docs}/", "src/docs.py")
+    assert ignored("./scripts/*.py", "scripts/s.py")
+
+
 def test_exclude_and_extend_exclude(root):
     write(root, {
         "pyproject.toml": '[tool.perflint]\nextend-exclude = ["gen/", "*_pb2.py"]\n',
