@@ -635,6 +635,28 @@ def _file_trains(facts: Facts) -> bool:
         facts.step_function_kind(fn) == "train" for fn in facts.index[cst.FunctionDef])
 
 
+def _rebuilt_each_round(facts: Facts, call: cst.Call) -> bool:
+    """The DataLoader is built anew on every iteration of a loop — in the loop body, or in a
+    function this file calls from a loop (`run_epoch()` building its own loader): its workers
+    die with it, so `persistent_workers` keeps nothing."""
+    fn = facts.enclosing_function(call)
+    if _throttled_in_loop(facts, call, fn or facts.module) is not None:
+        return True
+    if fn is None or facts.parent(fn) is not facts.module and facts.enclosing_class(fn) is None:
+        return False
+    name = fn.name.value
+    own_method = facts.enclosing_class(fn) is not None
+    for c in facts.calls():
+        f = c.func
+        hit = (isinstance(f, cst.Name) and f.value == name and not own_method) or (
+            own_method and isinstance(f, cst.Attribute) and f.attr.value == name
+            and isinstance(f.value, cst.Name) and f.value.value == "self")
+        if hit and not facts.is_inside(c, fn) and \
+                _throttled_in_loop(facts, c, facts.enclosing_function(c) or facts.module) is False:
+            return True
+    return False
+
+
 def _one_batch(site: tuple) -> bool:
     if site[0] == "next":
         return True
@@ -1164,7 +1186,7 @@ class DataLoaderNoPersistentWorkers(Rule):
                 if opts is None or "persistent_workers" in opts or "num_workers" not in opts:
                     continue
                 if workers_of(facts, opts["num_workers"]) == "zero" or iterated_once(facts, call) \
-                        or read_cheaply(facts, call):
+                        or read_cheaply(facts, call) or _rebuilt_each_round(facts, call):
                     continue
                 # No fix: the dict may get its `num_workers` only on some paths (`if use_cuda:
                 # kw.update(...)`), and `persistent_workers=True` without workers raises.
@@ -1180,8 +1202,8 @@ class DataLoaderNoPersistentWorkers(Rule):
             state, arg = worker_count(facts, call)
             if state == "zero" or arg is None:
                 continue
-            if iterated_once(facts, call) or read_cheaply(facts, call):
-                continue  # the workers start once either way
+            if iterated_once(facts, call) or read_cheaply(facts, call) or _rebuilt_each_round(facts, call):
+                continue  # the workers start once per loader either way
             if state == "positive" and literal_value(arg.value) is not NOT_LITERAL:
                 value: cst.BaseExpression = cst.Name("True")
             else:
