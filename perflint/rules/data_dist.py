@@ -12,7 +12,7 @@ from perflint.analysis import Facts, call_name, get_arg, has_splat, iter_nodes, 
 from perflint.names import dotted
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation
-from perflint.rules.data_loading import _file_trains, runs_once
+from perflint.rules.data_loading import _file_trains, _trains_in, runs_once
 from perflint.rules.precision import (
     enclosing_block,
     is_training_file,
@@ -525,7 +525,9 @@ class DataParallel(Rule):
     torch.cuda.is_available():` (CPU only: nothing is replicated), and not in a file that
     does not train when the wrapper is built at module level or in a function run once (a
     prediction or validation script's `main`); a factory nothing in the file calls is still
-    reported (a training script elsewhere may use it).
+    reported (a training script elsewhere may use it). In a file that trains, not in a
+    function named for sampling or evaluation (`sample`, `test`, `evaluate`, `generate` …)
+    that runs no training step itself.
 
     ## References
     - `torch.nn.DataParallel` documentation
@@ -542,15 +544,21 @@ class DataParallel(Rule):
         for call in facts.calls_to("torch.nn.DataParallel"):
             if _cpu_only_branch(facts, call):
                 continue  # `else:` of `if torch.cuda.is_available():` — nothing is replicated
+            fn = facts.enclosing_function(call)
             if not trains:
-                fn = facts.enclosing_function(call)
                 if fn is None or runs_once(facts, fn):
                     continue  # a prediction or validation script run once: no training step
+            elif fn is not None and _NOT_TRAINING_FN.search(fn.name.value) and not _trains_in(facts, fn):
+                continue  # `def sample(self):` wraps the model to sample or evaluate, not to train
             yield Violation(
                 call,
                 "`nn.DataParallel` runs all GPUs from one process (GIL-bound, replicates the model "
                 "every step); use `DistributedDataParallel` launched with `torchrun`",
             )
+
+
+_NOT_TRAINING_FN = re.compile(r"^_?(sample|sampling|test|eval|evaluate|valid|validate|validation|generate|infer|"
+                              r"inference|predict|fid|visuali[sz]e|demo)", re.I)
 
 
 def _cpu_only_branch(facts: Facts, node: cst.CSTNode) -> bool:
