@@ -126,7 +126,6 @@ def load_toml(path: Path) -> dict:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}", str(path)) from None
 
 
-load_pyproject = load_toml  # the older name
 
 
 def settings_from_table(table: object, where: str, root: Path) -> Settings:

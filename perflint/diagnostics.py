@@ -141,6 +141,5 @@ class FileResult:
     # analysis asked of the project, and whether any of them had an answer.
     summary: dict | None = None
     questions: list[str] = field(default_factory=list)
-    project_relevant: bool = False
     # Whether the process that produced this result kept the file's parsed tree.
     kept: bool = False

@@ -450,7 +450,6 @@ def _finish(result: FileResult, src: Source, analysis, options: LintOptions, pro
         result.errors.append(FileError(path, ErrorKind.INTERNAL, f"reporting failed ({type(exc).__name__}: {exc}); {BUG_HINT}"))
     if project is not None:
         result.questions = sorted(project.asked)
-        result.project_relevant = project.relevant()
     return result
 
 
@@ -499,7 +498,6 @@ def fix_text(
     path: str,
     options: LintOptions,
     unsafe: bool,
-    suppressions_text: str | None = None,
     fixable: Callable[[str], bool] | None = None,
     project=None,
     first: list | None = None,

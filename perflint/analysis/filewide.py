@@ -50,16 +50,6 @@ class FileWideMixin:
     def uses_grad_scaler(self) -> bool:
         return bool(self.references(*SCALERS))
 
-    def assigned_attributes(self, qualname_prefix: str) -> list[cst.CSTNode]:
-        """Assignment targets such as `torch.backends.cudnn.benchmark = …`."""
-        out = []
-        for node in self.index[cst.Assign]:
-            for t in node.targets:
-                q = self.qualname(t.target) if isinstance(t.target, cst.Attribute) else None
-                if q is not None and q.startswith(qualname_prefix):
-                    out.append(node)
-        return out
-
 
 class Words:
     """Every identifier (names, attribute names, keyword names) and string literal of a

@@ -15,11 +15,6 @@ def call_name(call: cst.Call) -> str | None:
     return None
 
 
-def receiver(call: cst.Call) -> cst.BaseExpression | None:
-    f = call.func
-    return f.value if isinstance(f, cst.Attribute) else None
-
-
 def get_arg(call: cst.Call, name: str | None, pos: int | None = None) -> cst.Arg | None:
     """An argument by keyword, or by position when no keyword precedes it."""
     for arg in call.args:
