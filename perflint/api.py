@@ -62,7 +62,7 @@ def lint_options(path: str = "<stdin>.py", *, select=None, extend_select=None, i
 
     Raises `PerflintError` for an unknown rule selector or a broken configuration."""
     from perflint.config import ConfigError, Resolver, Settings, parse_version
-    from perflint.runner import options_for
+    from perflint.options import options_for
     from perflint.selection import validate_selector
 
     overrides: dict = {}

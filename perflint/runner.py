@@ -7,7 +7,6 @@ the same from run to run.
 
 from __future__ import annotations
 
-import re
 
 import os
 from dataclasses import dataclass, field
@@ -16,11 +15,12 @@ from typing import Callable
 
 from perflint.cache import Cache, cache_dir, digest
 from perflint.config import Resolver, Settings
-from perflint.diagnostics import ErrorKind, FileError, FileResult, Severity
+from perflint.diagnostics import ErrorKind, FileError, FileResult
 from perflint.discovery import discover
 from perflint.engine import Job, LintOptions, default_workers, run_jobs
 from perflint.projectrun import ProjectPhase
-from perflint.selection import fixable_codes, ignored_for_path, selected_codes, severity_of, write_snapshot
+from perflint.options import options_for
+from perflint.selection import fixable_codes, write_snapshot
 from perflint.source import SourceError, atomic_write, read_bytes
 
 ProgressFactory = Callable[[int], "Callable[[FileResult], None] | None"]
@@ -45,65 +45,6 @@ class RunOutcome:
         return errs
 
 
-_TEST_CONTENT = re.compile(
-    rb"^[ \t]*(?:import[ \t]+(?:pytest|unittest)\b|from[ \t]+(?:pytest|unittest|_pytest)\b"
-    rb"|(?:async[ \t]+)?def[ \t]+test\w*[ \t]*\(|class[ \t]+Test\w*\b)", re.M)
-_TEST_FOLDERS = {"tests", "test", "testing"}
-
-
-def is_test_file(path: Path, source: bytes | None = None, root: str | None = None) -> bool:
-    """A test module: named as pytest collects them (`test_*.py`, `*_test.py`) and looking
-    like one, or a conftest.py.
-
-    The name alone is not enough (`train_test.py` is often a training script): the file must
-    also sit in a `tests/` folder, import pytest or unittest, or define `test_*` functions
-    or `Test*` classes. Test code runs a few steps on tiny inputs on purpose
-    (`num_workers=0`, an `.item()` per assertion): performance warnings there are noise, so
-    only error-severity rules (code that is wrong, not slow) apply, unless `lint-tests = true`.
-    """
-    name = path.name
-    if name == "conftest.py":
-        return True
-    if not (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))):
-        return False
-    folder = path.parent
-    if root is not None:
-        try:
-            folder = path.absolute().parent.relative_to(Path(root).absolute())
-        except ValueError:
-            pass
-    if any(part in _TEST_FOLDERS for part in folder.parts):
-        return True
-    if source is None:
-        from perflint.analysis.project import read_regular
-
-        source = read_regular(str(path)) or b""
-    return _TEST_CONTENT.search(source) is not None
-
-
-def _severity(code: str) -> Severity:
-    return severity_of(code)
-
-
-def options_for(path: Path, settings: Settings, with_edits: bool = True, memo: dict | None = None) -> LintOptions:
-    if memo is not None:
-        if settings not in memo:
-            memo[settings] = selected_codes(settings)
-        codes = set(memo[settings])
-    else:
-        codes = set(selected_codes(settings))
-    if settings.per_file_ignores:
-        try:
-            rel = path.absolute().relative_to(Path(settings.root)).as_posix()
-        except ValueError:
-            try:
-                rel = path.resolve().relative_to(Path(settings.root)).as_posix()
-            except (ValueError, OSError, RuntimeError):
-                rel = path.as_posix()
-        codes -= ignored_for_path(settings, rel)
-    if not settings.lint_tests and is_test_file(path, root=settings.root):
-        codes = {c for c in codes if _severity(c) is Severity.ERROR}
-    return LintOptions(codes=tuple(sorted(codes)), target_torch=settings.effective_target(), with_edits=with_edits)
 
 
 def run(

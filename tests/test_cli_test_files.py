@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cli_support import codes, run, write
-from perflint.runner import is_test_file
+from perflint.options import is_test_file
 
 # PF101 (warning, DataLoader without workers) and PF404 (error: fp16 autocast without a
 # GradScaler, gradients underflow) in one training loop.

@@ -52,7 +52,7 @@ def _codes(report) -> set[str]:
 
 def test_settings_are_the_clis(tmp_path):
     from perflint.config import Resolver
-    from perflint.runner import options_for
+    from perflint.options import options_for
 
     (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nignore = ["PF201"]\ntarget-torch = "2.1"\n')
     doc = _doc(tmp_path)

@@ -3,7 +3,7 @@ suppress a finding, explain a rule.  Tests drive this directly; `perflint.server
 its answers into LSP messages.
 
 Settings come from the CLI's own resolver (`perflint.config.Resolver`, with the client's
-overrides in the place of command-line flags) and `runner.options_for`, so a file gets the
+overrides in the place of command-line flags) and `options.options_for`, so a file gets the
 same rules in the editor as from `perflint check`.  Checking goes through the engine's entry
 points (`lint_bytes`, `fix_text`, `fix_bytes`) with the file's `ProjectView` from the warm
 project model.
@@ -173,7 +173,7 @@ class Checker:
         return self._excluded[a]
 
     def _settings(self, path: str):
-        from perflint.runner import options_for
+        from perflint.options import options_for
 
         settings = self.resolver.for_path(Path(path))
         return settings, options_for(Path(path), settings, with_edits=False)

@@ -1,0 +1,76 @@
+"""What decides one file's analysis: the rule codes that apply to it (the configuration's
+selection, its per-file-ignores, test files) and the target torch version.
+
+The command line, the language server and `perflint.api` all ask `options_for`, so a file
+gets the same rules whichever way it is checked.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from perflint.config import Settings
+from perflint.diagnostics import Severity
+from perflint.engine import LintOptions
+from perflint.selection import ignored_for_path, selected_codes, severity_of
+
+_TEST_CONTENT = re.compile(
+    rb"^[ \t]*(?:import[ \t]+(?:pytest|unittest)\b|from[ \t]+(?:pytest|unittest|_pytest)\b"
+    rb"|(?:async[ \t]+)?def[ \t]+test\w*[ \t]*\(|class[ \t]+Test\w*\b)", re.M)
+_TEST_FOLDERS = {"tests", "test", "testing"}
+
+
+def is_test_file(path: Path, source: bytes | None = None, root: str | None = None) -> bool:
+    """A test module: named as pytest collects them (`test_*.py`, `*_test.py`) and looking
+    like one, or a conftest.py.
+
+    The name alone is not enough (`train_test.py` is often a training script): the file must
+    also sit in a `tests/` folder, import pytest or unittest, or define `test_*` functions
+    or `Test*` classes. Test code runs a few steps on tiny inputs on purpose
+    (`num_workers=0`, an `.item()` per assertion): performance warnings there are noise, so
+    only error-severity rules (code that is wrong, not slow) apply, unless `lint-tests = true`.
+    """
+    name = path.name
+    if name == "conftest.py":
+        return True
+    if not (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))):
+        return False
+    folder = path.parent
+    if root is not None:
+        try:
+            folder = path.absolute().parent.relative_to(Path(root).absolute())
+        except ValueError:
+            pass
+    if any(part in _TEST_FOLDERS for part in folder.parts):
+        return True
+    if source is None:
+        from perflint.analysis.project import read_regular
+
+        source = read_regular(str(path)) or b""
+    return _TEST_CONTENT.search(source) is not None
+
+
+def _severity(code: str) -> Severity:
+    return severity_of(code)
+
+
+def options_for(path: Path, settings: Settings, with_edits: bool = True, memo: dict | None = None) -> LintOptions:
+    if memo is not None:
+        if settings not in memo:
+            memo[settings] = selected_codes(settings)
+        codes = set(memo[settings])
+    else:
+        codes = set(selected_codes(settings))
+    if settings.per_file_ignores:
+        try:
+            rel = path.absolute().relative_to(Path(settings.root)).as_posix()
+        except ValueError:
+            try:
+                rel = path.resolve().relative_to(Path(settings.root)).as_posix()
+            except (ValueError, OSError, RuntimeError):
+                rel = path.as_posix()
+        codes -= ignored_for_path(settings, rel)
+    if not settings.lint_tests and is_test_file(path, root=settings.root):
+        codes = {c for c in codes if _severity(c) is Severity.ERROR}
+    return LintOptions(codes=tuple(sorted(codes)), target_torch=settings.effective_target(), with_edits=with_edits)
