@@ -608,8 +608,41 @@ def _throttled_in_loop(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> b
     return True if seen_loop else None
 
 
+def _function_called_rarely(facts: Facts, fn: cst.FunctionDef) -> bool | None:
+    """For a top-level function of this file: None when every call of it runs once (outside
+    any loop), True when some call runs in a loop but only under a throttle (`if step % N ==
+    0: sample_images()`), False when it is called on every iteration, from code that may
+    repeat, or from nowhere in view."""
+    if facts.parent(fn) is not facts.module:
+        return False
+    calls = [c for c in facts.calls() if isinstance(c.func, cst.Name) and c.func.value == fn.name.value]
+    if not calls:
+        return False
+    result = None
+    for c in calls:
+        host = facts.enclosing_function(c) or facts.module
+        where = _throttled_in_loop(facts, c, host)
+        if where is False or (where is None and not runs_once(facts, host)):
+            return False
+        if where is True:
+            result = True
+    return result
+
+
 def _cheap_site(facts: Facts, site: tuple, scope: cst.CSTNode) -> bool:
     kind, node = site[0], site[1]
+    reader = facts.enclosing_function(node)
+    if reader is not None and reader is not scope and (scope is facts.module or facts.is_inside(reader, scope)):
+        # Read inside a function (`def sample_images(): next(iter(val_loader))`): how often
+        # that function is called decides.
+        if _throttled_in_loop(facts, node, reader) is not None:
+            return False
+        where = _function_called_rarely(facts, reader)
+        if where is False:
+            return False
+        if where is True:
+            return _one_batch(site)
+        return kind == "next" or (kind == "for" and not _trains_in(facts, node))
     where = _throttled_in_loop(facts, node, scope)
     if where is False:
         return False
