@@ -527,7 +527,9 @@ class DataParallel(Rule):
     prediction or validation script's `main`); a factory nothing in the file calls is still
     reported (a training script elsewhere may use it). In a file that trains, not in a
     function named for sampling or evaluation (`sample`, `test`, `evaluate`, `generate` …)
-    that runs no training step itself.
+    that runs no training step itself. Not in a file that also builds
+    `DistributedDataParallel` (DataParallel is then the single-process fallback of a script
+    that has the DDP path), nor under `if flag:` with `flag` bound only to False.
 
     ## References
     - `torch.nn.DataParallel` documentation
@@ -541,9 +543,11 @@ class DataParallel(Rule):
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         trains = is_training_file(facts) or _file_trains(facts)
+        if facts.calls_to("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"):
+            return  # DataParallel is the single-process fallback next to a DDP path the file has
         for call in facts.calls_to("torch.nn.DataParallel"):
-            if _cpu_only_branch(facts, call):
-                continue  # `else:` of `if torch.cuda.is_available():` — nothing is replicated
+            if _cpu_only_branch(facts, call) or _dead_branch(facts, call):
+                continue  # `else:` of `if torch.cuda.is_available():`, `parallel = False; if parallel:`
             fn = facts.enclosing_function(call)
             if not trains:
                 if fn is None or runs_once(facts, fn):
@@ -555,6 +559,19 @@ class DataParallel(Rule):
                 "`nn.DataParallel` runs all GPUs from one process (GIL-bound, replicates the model "
                 "every step); use `DistributedDataParallel` launched with `torchrun`",
             )
+
+
+def _dead_branch(facts: Facts, node: cst.CSTNode) -> bool:
+    """`node` sits under `if flag:` where `flag` is a local or module name bound only to False
+    (`parallel = False` … `if parallel:`): the branch never runs."""
+    cur = node
+    for anc in facts.ancestors(node):
+        if isinstance(anc, cst.If) and cur is anc.body and isinstance(anc.test, cst.Name):
+            bs = facts.lookup(anc.test.value, anc.test)
+            if bs and all(b.how == "expr" and literal_value(b.node) is False for b in bs):
+                return True
+        cur = anc
+    return False
 
 
 _NOT_TRAINING_FN = re.compile(r"^_?(sample|sampling|test|eval|evaluate|valid|validate|validation|generate|infer|"
