@@ -2125,9 +2125,15 @@ def runs_repeatedly(facts: Facts, node: cst.CSTNode, depth: int = 0) -> bool:
         cur = anc
     if fn is None:
         return False
+    cls = facts.enclosing_class(fn)
+    if cls is not None and fn.name.value in ("forward", "backward") and any(
+            (facts.qualname(b.value) or dotted(b.value) or "").endswith("autograd.Function") for b in cls.bases):
+        # A custom autograd Function runs when something calls `Name.apply(...)`; one nothing
+        # in the file applies may be dead code (yolov7's unused ranking losses).
+        return any(isinstance(a.value, cst.Name) and a.value.value == cls.name.value and a.attr.value == "apply"
+                   for a in facts.index[cst.Attribute])
     if fn.name.value in _REPEATED_METHODS or facts.step_function_kind(fn) is not None:
         return True
-    cls = facts.enclosing_class(fn)
     own_method = cls is not None and facts.parent(facts.parent(fn)) is cls
     for c in facts.calls():
         f = c.func
