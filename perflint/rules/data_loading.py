@@ -435,6 +435,39 @@ def cheap_samples(facts: Facts, opts: dict) -> bool:
     return isinstance(fn, (cst.FunctionDef, cst.Lambda)) and facts.pad_only_collate(fn)
 
 
+def token_collator(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -> bool:
+    """`collate_fn` is a tokenizer-side collator (`DataCollatorForSeq2Seq(tokenizer, ...)`, a
+    project `...Collator` in a file that tokenises): the samples are token ids already, and a
+    batch is a few kilobytes that pads in microseconds — nothing for workers or pinned memory
+    to speed up next to a language-model step."""
+    if expr is None or depth > 3:
+        return False
+    if isinstance(expr, cst.Name):
+        bs = facts.lookup(expr.value, expr)
+        return bool(bs) and all(b.how == "expr" and token_collator(facts, b.node, depth + 1) for b in bs)
+    if isinstance(expr, cst.Call):
+        name = call_name(expr) or ""
+        if "Collator" not in name:
+            return False
+        q = facts.qualname(expr.func) or ""
+        return q.startswith("transformers.") or any(
+            full.split(".", 1)[0] == "transformers" for full in facts.imports.aliases.values()) \
+            or words_mention_tokenizer(facts)
+    return False
+
+
+def words_mention_tokenizer(facts: Facts) -> bool:
+    return facts.words.name_contains("tokenizer")
+
+
+def _lightning_eval_loader_method(facts: Facts, call: cst.Call) -> bool:
+    """Built in a DataModule's `test_dataloader` / `predict_dataloader`: Lightning reads those
+    once, in `trainer.test()` / `trainer.predict()` after (or without) training."""
+    fn = facts.enclosing_function(call)
+    return fn is not None and facts.enclosing_class(fn) is not None and fn.name.value.lstrip("_") in (
+        "test_dataloader", "predict_dataloader")
+
+
 _ITER_WRAPPERS = {"enumerate", "tqdm", "trange", "zip", "iter", "track"}
 _WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "multiprocessing_context", "worker_init_fn")
 _LOADER_ATTRS = {"dataset", "sampler", "batch_sampler", "batch_size", "num_workers"}
@@ -739,6 +772,8 @@ def read_cheaply(facts: Facts, call: cst.Call) -> bool:
     final test), or a read under a throttle inside a loop (a sample batch every N steps), and
     the code that builds it runs once.  Workers, pinned memory and non-blocking copies then
     have next to nothing to speed up."""
+    if _lightning_eval_loader_method(facts, call):
+        return True
     parent = facts.parent(call)
     scope = facts.enclosing_function(call) or facts.module
     if isinstance(parent, cst.Arg):
@@ -901,8 +936,8 @@ class DataLoaderNoWorkers(Rule):
                     why = f"`num_workers={dotted(value)}` (default 0)" if dotted(value) else "`num_workers` (default 0)"
                 elif v != 0:
                     continue
-            if cheap_samples(facts, opts):
-                continue  # in-memory or memory-mapped samples: workers only add copies
+            if cheap_samples(facts, opts) or token_collator(facts, opts.get("collate_fn")):
+                continue  # in-memory, memory-mapped or tokenised samples: workers only add copies
             if why and any(k in opts for k in _WORKER_ONLY_OPTIONS):
                 # `num_workers=args.workers` with `persistent_workers=True`/`prefetch_factor`:
                 # the author runs with workers; what the default 0 breaks is PF104's finding.
@@ -1135,8 +1170,8 @@ class DataLoaderNoPinMemory(Rule):
             dataset = dataset_origin(facts, opts.get("dataset"))
             if collate == "device" or dataset == "device":
                 continue
-            if read_cheaply(facts, call):
-                continue  # one batch, a final test, a sample every N steps
+            if read_cheaply(facts, call) or token_collator(facts, opts.get("collate_fn")):
+                continue  # one batch, a final test, a sample every N steps; token-id batches
             new = add_arg(call, make_kwarg("pin_memory", "True"))
             plan_msg = "Add `pin_memory=True`"
             if collate == "cpu" and dataset == "cpu" and not has_splat(call):
