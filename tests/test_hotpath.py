@@ -200,3 +200,12 @@ def test_a_read_right_after_a_project_helper_that_reads_back_is_part_of_that_wai
     # the helper's branch is the wait (reported there); `loss.item()` right after it is free;
     # the read after a second forward is a wait of its own
     assert got == [("audio.py", 5, "PF202"), ("train.py", 17, "PF201")]
+
+
+def test_the_chain_survives_the_cache(tmp_path, monkeypatch):
+    write(tmp_path, {"train.py": HELPER})
+    monkeypatch.chdir(tmp_path)
+    env = {"PERFLINT_CACHE_DIR": str(tmp_path / "cache")}
+    first = run("check", "--select", "PF201", "--output-format", "json", "train.py", env=env)
+    again = run("check", "--select", "PF201", "--output-format", "json", "train.py", env=env)
+    assert _json(first)[0]["why"] and _json(again)[0]["why"] == _json(first)[0]["why"]
