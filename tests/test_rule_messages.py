@@ -62,6 +62,31 @@ def test_pf201_advice_fits_the_value():
     assert len({loss, count, branch, other}) == 4
 
 
+PF201_SIZE_SRC = """\
+import numpy as np
+import torch
+
+device = torch.device("cuda")
+model = torch.nn.Linear(8, 3).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, lengths in loader:
+    x, lengths = x.to(device), lengths.to(device)
+    loss = model(x).mean()
+    loss.backward()
+    opt.step()
+    crop = int(lengths.min().item() / 2 - 1)
+    start = np.random.randint(0, 100 - crop)
+    clip = x[:, start:start + crop]
+"""
+
+
+def test_pf201_says_where_a_value_that_sizes_host_work_comes_from():
+    msgs = _messages(PF201_SIZE_SRC, "PF201")
+    assert list(msgs) == [12]
+    assert "take it from the batch before it is copied to the device" in msgs[12]
+    assert "running" not in msgs[12]
+
+
 PF405_SRC = """\
 import torch
 import torch.nn as nn

@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from perflint.analysis import Facts, call_name, iter_nodes
+from perflint.analysis import Facts, call_name, get_arg, iter_nodes
 from perflint.analysis.loops import after_latch
 from perflint.names import dotted
 from perflint.rules import register
@@ -33,6 +33,11 @@ _BRANCH_HINT = (
     "the branch condition needs the value on the host, so as written every iteration waits: "
     "test it only every N steps (`if step % 100 == 0`), or keep the condition on the device as "
     "a tensor flag (`bad |= ~torch.isfinite(value)`) and read the flag once per log interval"
+)
+_SIZE_HINT = (
+    "the value sizes host-side work (a slice, a `range`, a random crop), so it is needed on the host now: "
+    "take it from the batch before it is copied to the device (the loader's CPU tensors), or keep a CPU copy "
+    "of the lengths, instead of reading the device tensor back"
 )
 _GENERIC_HINT = (
     "keep the value on the device (`.detach()`) and convert once per log interval, e.g. collect "
@@ -78,6 +83,57 @@ def _feeds_condition(facts: Facts, call: cst.Call) -> bool:
     return False
 
 
+_SIZING_WRAPPERS = {"int", "round", "min", "max", "float", "abs"}
+
+
+def _sizes_host_work(facts: Facts, call: cst.Call) -> bool:
+    """The value read back bounds host-side work: it is used (through `int(...)`,
+    arithmetic, `min([...])`, or a name assigned from that) in a slice or index, as a
+    `range(...)` bound, or as an argument of `random`/`numpy.random` (StyleTTS2's
+    `mel_len = int(lengths.min().item() / 2 - 1)` then `x[:, start:start + mel_len]`)."""
+    outer: cst.CSTNode = call
+    for c in _outer_chain(facts, call):
+        outer = c
+    cur = outer
+    for a in facts.ancestors(outer):
+        if isinstance(a, (cst.BinaryOperation, cst.UnaryOperation, cst.Arg, cst.Element, cst.List, cst.Tuple)):
+            cur = a
+            continue
+        if isinstance(a, cst.Call) and isinstance(a.func, cst.Name) and a.func.value in _SIZING_WRAPPERS:
+            cur = a
+            continue
+        break
+    if _used_as_size(facts, cur):
+        return True
+    parent = facts.parent(cur)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+        name = parent.targets[0].target.value
+        scope = facts.enclosing_function(parent) or facts.module
+        for use in list(facts.later_uses(name, scope, facts.order.get(parent.targets[0].target, 0)))[:12]:
+            if _used_as_size(facts, use):
+                return True
+    return False
+
+
+def _used_as_size(facts: Facts, node: cst.CSTNode) -> bool:
+    cur = node
+    for a in facts.ancestors(node):
+        if isinstance(a, (cst.Slice, cst.SubscriptElement, cst.Index)):
+            return True
+        if isinstance(a, cst.Call):
+            q = facts.qualname(a.func) or ""
+            if (isinstance(a.func, cst.Name) and a.func.value == "range") or q.startswith(("numpy.random.", "random.")):
+                return True
+            if isinstance(a.func, cst.Name) and a.func.value in _SIZING_WRAPPERS:
+                cur = a
+                continue
+            return False
+        if isinstance(a, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return False
+        cur = a
+    return False
+
+
 def _single_value(facts: Facts, expr: cst.BaseExpression) -> cst.BaseExpression:
     """What a name stands for when it is bound once (`acc = (p == y).float().mean()`)."""
     if isinstance(expr, cst.Name):
@@ -120,6 +176,8 @@ def _advice(facts: Facts, call: cst.Call) -> str:
     """What to do instead, for the value at hand: a branch condition, a count or accuracy,
     a loss, or anything else."""
     recv = call.func.value if isinstance(call.func, cst.Attribute) else call
+    if _sizes_host_work(facts, call):
+        return _SIZE_HINT
     if _feeds_condition(facts, call):
         return _BRANCH_HINT
     kind = _match_count(_single_value(facts, recv))
@@ -451,7 +509,7 @@ class HostSyncInLoop(Rule):
     code = "PF202"
     name = "host-sync-in-loop"
     summary = "host-device sync (`.cpu()`, `float(t)`, `print(t)`, `if t:` …) on every iteration"
-    tokens = (b".cpu(", b".numpy(", b".tolist(", b"float(", b"int(", b"bool(", b"print(", b"synchronize",
+    tokens = (b".cpu(", b".numpy(", b".tolist(", b"float(", b"int(", b"bool(", b"print(", b"synchronize", b"add_scalar", b"add_histogram",
               b"if ", b"assert ", b"while ")
 
     def check(self, facts: Facts) -> Iterator[Violation]:
@@ -537,11 +595,30 @@ def _call_sync(facts: Facts, call: cst.Call) -> tuple[str, str] | None:
         if _device_tensor(facts, arg) and not any(call_name(c) in _SYNC_METHODS for c in _inner_chain(arg)):
             return "report", f"`{name}()` of a tensor on every iteration reads it back from the GPU; " + _ON_DEVICE_HINT
         return None
+    if isinstance(call.func, cst.Attribute) and name in ("add_scalar", "add_histogram") and _writer(facts, call.func.value):
+        value = get_arg(call, "scalar_value" if name == "add_scalar" else "values", 1)
+        if value is not None and _device_tensor(facts, value.value) \
+                and not any(call_name(c) in _SYNC_METHODS for c in _inner_chain(value.value)):
+            return "report", (f"`{name}()` of a device tensor copies it to the host and waits for the GPU on every "
+                              "iteration (TensorBoard converts it with `.cpu()`); log every N steps, or accumulate "
+                              "on the device and log the mean once per interval")
+        return None
     if isinstance(call.func, cst.Name) and name == "print" and q is None:
         if any(_prints_tensor(facts, a.value) for a in call.args if a.keyword is None):
             return "report", ("`print()` of a tensor on every iteration copies it to the host and waits for the GPU; "
                               "print every N steps")
     return None
+
+
+def _writer(facts: Facts, recv: cst.BaseExpression) -> bool:
+    """A TensorBoard `SummaryWriter` (torch's, tensorboardX's) or something named like one."""
+    if isinstance(recv, cst.Name):
+        for b in facts.lookup(recv.value, recv):
+            if b.how == "expr" and isinstance(b.node, cst.Call) and \
+                    (facts.qualname(b.node.func) or dotted(b.node.func) or "").endswith("SummaryWriter"):
+                return True
+    text = (facts.receiver_text(recv) or "").rsplit(".", 1)[-1].lower()
+    return "writer" in text or text in ("tb", "tb_logger", "tblogger", "summary")
 
 
 def _condition_sync(facts: Facts, node: cst.CSTNode) -> bool:
