@@ -723,6 +723,37 @@ def _rebuilt_each_round(facts: Facts, call: cst.Call) -> bool:
     return False
 
 
+def _flat_sites(sites: list) -> list:
+    out = []
+    for site in sites:
+        out.extend(_flat_sites(site[3]) if site[0] == "call" else [site])
+    return out
+
+
+def _batches_never_copied(facts: Facts, call: cst.Call) -> bool:
+    """Every read of the loader is an evaluation loop (no backward, no optimizer step) whose
+    body copies nothing to a device itself — no `.cuda()`, `.to(...)` or `*device*` helper:
+    the batch goes on as is (a metric helper that turns it into numpy and copies slices), so
+    a pinned batch would never be copied."""
+    parent = facts.parent(call)
+    if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+        return False
+    target = parent.targets[0].target
+    scope = facts.enclosing_function(call) or facts.module
+    sites = _read_sites(facts, target.value, scope, facts.order.get(target, 0), 0)
+    if not sites:
+        return False
+    for site in _flat_sites(sites):
+        loop = site[1]
+        if not isinstance(loop, cst.For) or facts.loop_kind(loop) == "train" or _trains_in(facts, loop):
+            return False
+        for c in facts.calls_within(loop.body):
+            name = (call_name(c) or "").lower()
+            if name in ("cuda", "to", "pin_memory") or "device" in name or "cuda" in name:
+                return False
+    return True
+
+
 def _one_batch(site: tuple) -> bool:
     if site[0] == "next":
         return True
@@ -1172,6 +1203,8 @@ class DataLoaderNoPinMemory(Rule):
                 continue
             if read_cheaply(facts, call) or token_collator(facts, opts.get("collate_fn")):
                 continue  # one batch, a final test, a sample every N steps; token-id batches
+            if _batches_never_copied(facts, call):
+                continue  # an evaluation loop that hands the batch on as is (to numpy, per slice)
             new = add_arg(call, make_kwarg("pin_memory", "True"))
             plan_msg = "Add `pin_memory=True`"
             if collate == "cpu" and dataset == "cpu" and not has_splat(call):
