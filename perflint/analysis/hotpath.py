@@ -32,7 +32,8 @@ from perflint.analysis.tree import iter_nodes
 _EMPTY = cst.Module(body=[])
 _SYNC_READS = {"item", "cpu", "numpy", "tolist"}
 _REDUCTIONS = {"min", "max", "any", "all", "isnan", "isinf", "isfinite", "equal", "allclose", "count_nonzero"}
-_CHECK_NAME = re.compile(r"^_*(check|verify|compare|assert)(_|$)|parity|equivalen", re.I)
+_CHECK_NAME = re.compile(r"^_*(check|verify|compare|assert)(_|$)|parity|equivalen|^_*(measure|benchmark|profile)|"
+                         r"^_*time_|_time$|throughput", re.I)
 _CLOSENESS = {"torch.allclose", "torch.testing.assert_close", "torch.testing.assert_allclose", "numpy.allclose",
               "numpy.testing.assert_allclose"}
 
@@ -81,6 +82,8 @@ class HotPathMixin:
             return None
         steps: list[WhyStep] = []
         if info.kind == "eval":
+            if self.over_one_batch(region):
+                return None
             during = self.during_training(region)
             if during is None:
                 return None
@@ -220,6 +223,18 @@ class HotPathMixin:
                 if isinstance(n, (cst.Call, cst.Dict)):
                     return False  # `.parameters()`, param groups
         return True
+
+    def over_one_batch(self, loop: cst.CSTNode) -> bool:
+        """A loop over the samples of one batch drawn with `next(iter(loader))` (a sample
+        grid saved every N steps): it does not run once per batch of anything."""
+        if not isinstance(loop, cst.For):
+            return False
+        for n in iter_nodes(loop.iter):
+            if isinstance(n, cst.Name):
+                for b in self.lookup(n.value, n):
+                    if b.how == "expr" and isinstance(b.node, cst.Call) and call_name(b.node) == "next":
+                        return True
+        return False
 
     def once_only(self, loop: cst.CSTNode) -> bool:
         """A loop whose body always ends in `return` or `break`: it runs one iteration
