@@ -121,14 +121,14 @@ def _print_errors(errors, warnings=()) -> None:
     """One line per problem on stderr: the path and the cause."""
     if not errors and not warnings:
         return
-    from rich.markup import escape
+    from perflint.report.text import writer
 
-    err = _console(stderr=True)
+    err = writer(stderr=True)
     for w in warnings:
-        err.print(f"[bold yellow]warning[/]: {escape(display_path(w.path))}: {escape(w.message)}", highlight=False)
+        err.line(("warning", "bold yellow"), (f": {display_path(w.path)}: {w.message}", None))
     for e in errors:
         label = _ERROR_LABEL.get(e.kind.value, "")
-        err.print(f"[bold red]error[/]: {escape(display_path(e.path))}: {escape(label + e.message)}", highlight=False)
+        err.line(("error", "bold red"), (f": {display_path(e.path)}: {label + e.message}", None))
 
 
 def _source_lines(results, given: dict | None = None) -> dict:
@@ -191,13 +191,13 @@ def _render(outcome, output_format: str, unsafe: bool, statistics: bool, quiet: 
     else:
         from perflint.report import text
 
-        console = _console(stderr=stderr)
+        out = text.writer(stderr=stderr)
         if output_format == "concise":
-            text.concise(console, results, unsafe, show_why=show_why)
+            text.concise(out, results, unsafe, show_why=show_why)
         else:
-            text.full(console, results, unsafe, _source_lines(results, given), show_why=show_why)
+            text.full(out, results, unsafe, _source_lines(results, given), show_why=show_why)
         if not quiet:
-            text.summary(console, results, unsafe, fixed[0], errors=len(outcome.all_errors), files=outcome.files,
+            text.summary(out, results, unsafe, fixed[0], errors=len(outcome.all_errors), files=outcome.files,
                          uncovered=fixed[1],
                          config_errors=any(e.kind.value == "config-error" for e in outcome.all_errors))
 
@@ -406,29 +406,28 @@ def _fixed_line(verb: str, fixed: int, uncovered: int) -> str:
 
 
 def _show_fixes(changed, stderr: bool = False) -> None:
-    from rich.markup import escape
-
     from perflint.report.counts import fixed_counts
+    from perflint.report.text import writer
     from perflint.rules import all_rules
 
-    console = _console(stderr=stderr)
+    out = writer(stderr=stderr)
     registry = all_rules()
     total, uncovered = fixed_counts(changed)
     if not total and not uncovered:
-        console.print("No findings fixed.")
+        out.line(("No findings fixed.", None))
         return
-    console.print(_fixed_line("Fixed", total, uncovered).rstrip(".") + ":")
+    out.line((_fixed_line("Fixed", total, uncovered).rstrip(".") + ":", None))
     for r in changed:
-        console.print(f"- {escape(display_path(r.path))}:")
+        out.line((f"- {display_path(r.path)}:", None))
         for code in sorted(set(r.fixes_applied) | set(r.fixes_uncovered)):
             name = registry[code].name if code in registry else ""
             n, more = r.fixes_applied.get(code, 0), r.fixes_uncovered.get(code, 0)
             extra = f" (+{more} that the fixes uncovered)" if more else ""
             if n:
-                console.print(f"    {n} × {code} ({name}){extra}")
+                out.line((f"    {n} × {code} ({name}){extra}", None))
             else:
-                console.print(f"    {more} × {code} ({name}), that the fixes uncovered")
-    console.print()
+                out.line((f"    {more} × {code} ({name}), that the fixes uncovered", None))
+    out.line()
 
 
 _format_option = click.option(

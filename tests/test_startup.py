@@ -71,6 +71,20 @@ def test_a_warm_one_file_run_imports_only_what_it_needs(project):
         assert _imports(project, "check", "train.py", "--output-format", fmt, "--exit-zero") == [], fmt
 
 
+def test_piped_or_redirected_reports_do_not_import_rich(project):
+    """rich styles a terminal; a report piped, redirected or written with -o is plain text."""
+    probe = ("import sys\nfrom perflint.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+             "print('imported:', ' '.join(sorted(m for m in sys.modules if m.split('.')[0] == 'rich')))\n")
+    env = {**os.environ, "PERFLINT_CACHE_DIR": str(project / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "runtime")])}
+    env.pop("FORCE_COLOR", None)
+    for args in (("check", "train.py", "--no-cache"), ("check", "train.py", "--no-cache", "--output-format", "concise"),
+                 ("check", "nothing_here.py", "--no-cache"), ("check", "train.py", "--no-cache", "-o", "r.txt")):
+        p = subprocess.run([sys.executable, "-c", probe, *args], cwd=project, env=env, capture_output=True, text=True)
+        assert p.stdout.splitlines()[-1].strip() == "imported:", (args, p.stdout[-300:], p.stderr[-300:])
+    assert "Found" in (project / "r.txt").read_text()
+
+
 def test_piped_rule_docs_do_not_render_markdown(project):
     assert "rich.markdown" not in _imports(project, "rule", "PF201")
 

@@ -1,9 +1,16 @@
-"""The `full` (rich, with source and caret) and `concise` (one line a finding) formats."""
+"""The `full` (with source and caret) and `concise` (one line a finding) formats.
+
+Output goes through a writer: on a terminal (or with FORCE_COLOR) rich styles it; piped,
+redirected or written to a file, `PlainOut` writes the same characters without importing
+rich (what rich prints there: markup removed, tabs expanded to 8 columns, control
+characters other than newline dropped).
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.markup import escape
+import os
+import re
+import sys
 
 from perflint.diagnostics import Applicability, FileResult
 from perflint.report import where
@@ -12,40 +19,89 @@ from perflint.report.counts import fixable_counts, is_fixable
 fixable = is_fixable
 
 _STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
+_CONTROL = re.compile(r"[\x07\x08\x0b\x0c\x0d]")  # what rich's Text drops
+
+Segment = tuple[str, "str | None"]  # text, and its rich style (None: unstyled)
 
 
-def _marker(d, unsafe: bool) -> str:
-    return "\\[*] " if fixable(d, unsafe) else ""
+class PlainOut:
+    """Lines of text to a stream, as rich would print them to a file."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def line(self, *segments: Segment) -> None:
+        text = "".join(t for t, _ in segments)
+        if "\t" in text:
+            text = text.expandtabs(8)
+        self.stream.write(_CONTROL.sub("", text) + "\n")
 
 
-def _header(path: str, d, unsafe: bool) -> str:
-    return (f"[bold]{escape(where(path, d))}[/]: [{_STYLE[d.severity.value]}]{d.code}[/] "
-            f"{_marker(d, unsafe)}{escape(d.message)}")
+class RichOut:
+    """Lines to a rich console, each segment in its style."""
+
+    def __init__(self, console) -> None:
+        from rich.markup import escape
+
+        self.console = console
+        self._escape = escape
+
+    def line(self, *segments: Segment) -> None:
+        esc = self._escape
+        self.console.print("".join(f"[{style}]{esc(t)}[/]" if style else esc(t) for t, style in segments),
+                           highlight=False, soft_wrap=True)
 
 
-def _why(console: Console, d, indent: str) -> None:
+def wants_rich(stderr: bool = False) -> bool:
+    """Whether the stream is a terminal as rich decides it (FORCE_COLOR / TTY_COMPATIBLE set it)."""
+    if os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE") == "1":
+        return True
+    if os.environ.get("TTY_COMPATIBLE") == "0":
+        return False
+    stream = sys.stderr if stderr else sys.stdout
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def writer(stderr: bool = False):
+    """The writer for stdout (or stderr): rich on a terminal, plain text elsewhere."""
+    if wants_rich(stderr):
+        from rich.console import Console
+
+        return RichOut(Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False))
+    return PlainOut(sys.stderr if stderr else sys.stdout)
+
+
+def _header(path: str, d, unsafe: bool) -> tuple[Segment, ...]:
+    return ((where(path, d), "bold"), (": ", None), (d.code, _STYLE[d.severity.value]), (" ", None),
+            ("[*] " if fixable(d, unsafe) else "", None), (d.message, None))
+
+
+def _why(out, d, indent: str) -> None:
     """`--show-why`: the evidence that the finding's code runs on every step."""
     for i, step in enumerate(d.why):
-        lead = "[cyan]= why[/]: " if i == 0 else "       "
-        console.print(f"{indent}{lead}{escape(step)}", highlight=False, soft_wrap=True)
+        out.line((indent, None), *((("= why", "cyan"), (": ", None)) if i == 0 else (("       ", None),)),
+                 (step, None))
 
 
-def concise(console: Console, results: list[FileResult], unsafe: bool, show_why: bool = False) -> None:
+def concise(out, results: list[FileResult], unsafe: bool, show_why: bool = False) -> None:
     for r in results:
         for d in r.diagnostics:
-            console.print(_header(r.path, d, unsafe), highlight=False, soft_wrap=True)
+            out.line(*_header(r.path, d, unsafe))
             if show_why and d.why:
-                _why(console, d, "  ")
+                _why(out, d, "  ")
 
 
-def full(console: Console, results: list[FileResult], unsafe: bool, lines: dict, show_why: bool = False) -> None:
+def full(out, results: list[FileResult], unsafe: bool, lines: dict, show_why: bool = False) -> None:
     """Each finding with its source line and a caret under the reported span, as ruff does.
 
     `lines` maps (path, cell or None, row) to the text of that line.
     """
     for r in results:
         for d in r.diagnostics:
-            console.print(_header(r.path, d, unsafe), highlight=False, soft_wrap=True)
+            out.line(*_header(r.path, d, unsafe))
             text = lines.get((r.path, d.cell, d.location.row))
             if text is not None:
                 text = text.rstrip("\r\n")
@@ -59,20 +115,19 @@ def full(console: Console, results: list[FileResult], unsafe: bool, lines: dict,
                 # Keep tabs in the gutter so the caret lines up under tab-indented code.
                 lead = "".join("\t" if ch == "\t" else " " for ch in text[: col - 1])
                 style = _STYLE[d.severity.value]
-                console.print(f"[blue]{pad} |[/]", highlight=False)
-                console.print(f"[blue]{row} |[/] {escape(text)}", highlight=False, soft_wrap=True)
-                console.print(f"[blue]{pad} |[/] {lead}[{style}]{'^' * max(1, width)} {d.code}[/]",
-                              highlight=False, soft_wrap=True)
-                console.print(f"[blue]{pad} |[/]", highlight=False)
+                out.line((f"{pad} |", "blue"))
+                out.line((f"{row} |", "blue"), (f" {text}", None))
+                out.line((f"{pad} |", "blue"), (f" {lead}", None), (f"{'^' * max(1, width)} {d.code}", style))
+                out.line((f"{pad} |", "blue"))
             if d.fix is not None:
                 kind = "" if d.fix.applicability is Applicability.SAFE else " (unsafe)"
-                console.print(f"  [cyan]= help[/]: {escape(d.fix.message)}{kind}", highlight=False, soft_wrap=True)
+                out.line(("  ", None), ("= help", "cyan"), (f": {d.fix.message}{kind}", None))
             if show_why and d.why:
-                _why(console, d, "  ")
-            console.print()
+                _why(out, d, "  ")
+            out.line()
 
 
-def summary(console: Console, results: list[FileResult], unsafe: bool, fixed: int = 0, errors: int = 0,
+def summary(out, results: list[FileResult], unsafe: bool, fixed: int = 0, errors: int = 0,
             files: int | None = None, config_errors: bool = False, uncovered: int = 0) -> None:
     """The closing lines: how many findings, how many fixable, what could not be checked."""
     total = sum(len(r.diagnostics) for r in results)
@@ -80,29 +135,29 @@ def summary(console: Console, results: list[FileResult], unsafe: bool, fixed: in
     errs = f"{errors} error{'s' if errors != 1 else ''} reported above"
     if fixed or uncovered:
         more = f" (and {uncovered} more that the fixes uncovered)" if uncovered else ""
-        console.print(f"Fixed {fixed} finding{'s' if fixed != 1 else ''}{more}.")
+        out.line((f"Fixed {fixed} finding{'s' if fixed != 1 else ''}{more}.", None))
     if files == 0 and errors:
-        console.print(f"[bold red]Nothing checked[/]: no file could be checked; {errs}.")
+        out.line(("Nothing checked", "bold red"), (f": no file could be checked; {errs}.", None))
         return
     if total == 0:
         if errors:
-            console.print(f"No findings in the files checked; {errs}.")
+            out.line((f"No findings in the files checked; {errs}.", None))
         elif not fixed and not uncovered:
-            console.print("[green]All checks passed![/]")
+            out.line(("All checks passed!", "green"))
     else:
-        console.print(f"Found {total} finding{'s' if total != 1 else ''}" + (" remaining" if fixed or uncovered else "") +
-                      (f"; {errs}." if errors else "."))
+        out.line((f"Found {total} finding{'s' if total != 1 else ''}" + (" remaining" if fixed or uncovered else "") +
+                  (f"; {errs}." if errors else "."), None))
         n_fixable = n_safe + (n_unsafe if unsafe else 0)
         if n_fixable:
-            console.print(f"\\[*] {n_fixable} fixable with `perflint fix" + (" --unsafe-fixes" if unsafe and n_unsafe else "")
-                          + "`.")
+            out.line((f"[*] {n_fixable} fixable with `perflint fix" + (" --unsafe-fixes" if unsafe and n_unsafe else "")
+                      + "`.", None))
         if n_unsafe and not unsafe:
-            console.print(f"{n_unsafe} more fixable with `perflint fix --unsafe-fixes`.")
+            out.line((f"{n_unsafe} more fixable with `perflint fix --unsafe-fixes`.", None))
     if config_errors:
-        console.print("Files under a broken configuration were not checked.")
+        out.line(("Files under a broken configuration were not checked.", None))
 
 
-def statistics(console: Console, results: list[FileResult], unsafe: bool = False) -> None:
+def statistics(console, results: list[FileResult], unsafe: bool = False) -> None:
     """Count, code, `[*]` if fixable, name; most frequent first (ruff's --statistics)."""
     counts: dict[str, list] = {}
     for r in results:
