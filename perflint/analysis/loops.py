@@ -430,6 +430,15 @@ class LoopsMixin:
             cur = parent
         return None
 
+    def _is_step_call_or_after(self, node: cst.CSTNode, branch: cst.If) -> bool:
+        """`node` is the optimizer's bookkeeping (`zero_grad`, `unscale_`) in a throttled branch
+        that steps the optimizer: the branch is the gradient-accumulation step, and these run
+        once per optimizer step. Other work in the branch (logging) stays throttled."""
+        if isinstance(node, cst.Call):
+            if call_name(node) in ("zero_grad", "unscale_"):
+                return True
+        return False
+
     def _steps_after(self, stmts) -> bool:
         """The statements run the optimizer step or backward themselves (`if step %
         train_freq: continue` before the update, as in DQN): the guard paces the training
@@ -463,7 +472,10 @@ class LoopsMixin:
         for parent in self.ancestors(node):
             if isinstance(parent, cst.If):
                 if cur is parent.body:
-                    if self.is_throttled_test(parent.test) or _leaves(parent.body) or _capped_branch(parent):
+                    if self.is_throttled_test(parent.test) and self._steps_after(list(parent.body.body)) \
+                            and self._is_step_call_or_after(node, parent):
+                        pass  # `if (i + 1) % accum == 0: optimizer.step(); optimizer.zero_grad()`: the optimizer step
+                    elif self.is_throttled_test(parent.test) or _leaves(parent.body) or _capped_branch(parent):
                         return None
                     type_guarded = type_guarded or _is_type_test(parent.test)
                 elif cur is parent.test and after_latch(node, parent):

@@ -55,7 +55,9 @@ class ZeroGradNotSetToNone(Rule):
     gradient). An explicit `set_to_none=False` is often deliberate.
 
     ## Applies to
-    Explicit `set_to_none=False`: all versions. Bare `zero_grad()`: target torch 1.7–1.13
+    Only where the call runs on every training step (the hot path of PF201: not once per
+    epoch, not in a timing helper or code that does not train). Explicit
+    `set_to_none=False`: all versions. Bare `zero_grad()`: target torch 1.7–1.13
     (before 1.7 there is no `set_to_none` to pass; from 2.0 it is the default), and not on
     an instance of a wrapper class of the project (a learning-rate scheduler around the
     optimizer, such as `ScheduledOptim`) whose own `zero_grad` takes no `set_to_none`.
@@ -78,6 +80,8 @@ class ZeroGradNotSetToNone(Rule):
         for call in facts.calls():
             if call_name(call) != "zero_grad" or not isinstance(call.func, cst.Attribute) or has_splat(call):
                 continue
+            if facts.hot_path(call) is None:
+                continue  # not once per step: once per epoch, a timing helper, code that does not train
             arg = get_arg(call, "set_to_none", 0)
             if arg is not None:
                 if literal_value(arg.value) is not False:
