@@ -28,7 +28,7 @@ def test_metadata():
         "PF406": (Severity.WARNING, "unsafe", True, None),
         "PF407": (Severity.WARNING, "none", True, (2, 0)),
         "PF408": (Severity.INFO, "none", False, None),
-        "PF409": (Severity.WARNING, "safe or unsafe", True, None),
+        "PF409": (Severity.WARNING, "safe or unsafe", False, None),  # off by default (issue 21 review: 0.77)
         "PF501": (Severity.WARNING, "unsafe", True, None),
         "PF502": (Severity.WARNING, "unsafe", True, None),
         "PF503": (Severity.WARNING, "none", True, None),

@@ -1145,6 +1145,38 @@ def forward_range(facts: Facts, backward: cst.Call, include_backward: bool = Fal
     return block, start, end, first_call
 
 
+# Calls before the first recognised model call that are not themselves a forward pass.
+_DATA_PREP_CALLS = {"cuda", "to", "float", "long", "half", "int", "bool", "double", "tensor", "as_tensor", "from_numpy",
+                    "randn", "rand", "randint", "zeros", "ones", "full", "arange", "zeros_like", "ones_like",
+                    "randn_like", "rand_like", "empty", "get", "item", "len", "range", "next", "min", "max", "train",
+                    "eval", "zero_grad", "unsqueeze", "squeeze", "view", "reshape", "permute", "contiguous",
+                    "detach", "clone", "cat", "stack", "split", "chunk", "size", "print", "int", "float", "str"}
+
+
+def _forward_starts_earlier(facts: Facts, block: cst.IndentedBlock, start: int, end: int) -> bool:
+    """A statement before the wrapped range binds, from a call that is not data preparation
+    (`outputs = net(x)` with `net` not recognised as a model), a name the range reads: the
+    forward pass begins before the first recognised model call, and wrapping from there would
+    leave that part in fp32 (SSL4MIS: the segmentation net before the discriminator)."""
+    body = list(block.body)
+    used = {n.value for st in body[start:end + 1] for n in iter_nodes(st) if isinstance(n, cst.Name)}
+    for st in body[:start]:
+        if not isinstance(st, cst.SimpleStatementLine):
+            continue
+        for small in st.body:
+            if not isinstance(small, cst.Assign):
+                continue
+            names = {n.value for t in small.targets for n in iter_nodes(t.target) if isinstance(n, cst.Name)}
+            if not names & used:
+                continue
+            calls = [n for n in iter_nodes(small.value) if isinstance(n, cst.Call)]
+            if any((call_name(c) or "") not in _DATA_PREP_CALLS and not is_model_call(facts, c)
+                   and not (facts.qualname(c.func) or "").startswith(
+                       ("torch.nn.functional.", "torch.softmax", "torch.sigmoid", "numpy.")) for c in calls):
+                return True  # (a recognised model call there is an earlier step's range)
+    return False
+
+
 def rebuild_block(block: cst.IndentedBlock, ranges: list[tuple[int, int, str]]) -> cst.IndentedBlock:
     """`block` with each `body[start:end + 1]` wrapped in `with <item>:`."""
     body = list(block.body)
@@ -1290,6 +1322,8 @@ class NoMixedPrecision(Rule):
             block, start, end, first = forward_range(facts, call)
             if first is None:
                 continue
+            if block is not None and _forward_starts_earlier(facts, block, start, end):
+                block = None  # reported, but the rewrite would leave part of the forward in fp32
             steps.append((call, block, start, end, first))
             loop_of[first] = ctx.node
             device_test[first] = script_device_test(facts, first, ctx.node)
