@@ -550,8 +550,8 @@ class DataParallel(Rule):
                 continue  # `else:` of `if torch.cuda.is_available():`, `parallel = False; if parallel:`
             fn = facts.enclosing_function(call)
             if not trains:
-                if fn is None or runs_once(facts, fn):
-                    continue  # a prediction or validation script run once: no training step
+                if fn is None or runs_once(facts, fn) or _used_outside_training(facts, fn):
+                    continue  # a prediction, indexing or validation tool: no training step
             elif fn is not None and _NOT_TRAINING_FN.search(fn.name.value) and not _trains_in(facts, fn):
                 continue  # `def sample(self):` wraps the model to sample or evaluate, not to train
             yield Violation(
@@ -559,6 +559,22 @@ class DataParallel(Rule):
                 "`nn.DataParallel` runs all GPUs from one process (GIL-bound, replicates the model "
                 "every step); use `DistributedDataParallel` launched with `torchrun`",
             )
+
+
+def _used_outside_training(facts: Facts, fn: cst.FunctionDef) -> bool:
+    """In a file that does not train: the top-level function around `fn` is called by this
+    file's own code (its tool runs it), or — called from nowhere in the file — no training
+    file of the project calls it."""
+    top = fn
+    for anc in facts.ancestors(fn):
+        if isinstance(anc, (cst.FunctionDef, cst.ClassDef)):
+            top = anc
+    if not isinstance(top, cst.FunctionDef) or facts.parent(top) is not facts.module:
+        return False
+    name = top.name.value
+    if any(isinstance(c.func, cst.Name) and c.func.value == name and not facts.is_inside(c, top) for c in facts.calls()):
+        return True
+    return facts.project is not None and not facts.project.called_from_training(name)
 
 
 def _dead_branch(facts: Facts, node: cst.CSTNode) -> bool:
