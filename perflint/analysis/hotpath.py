@@ -310,8 +310,10 @@ class HotPathMixin:
             for c in self.direct_body_calls(loop):
                 if call_name(c) == name and self.iteration_context_plain(c, loop) is not False \
                         and self._may_call(c, fn):
-                    return [*self._loop_evidence(loop, loop_kind),
-                            WhyStep(c, f"it calls `{snippet(c)}` on each iteration")]
+                    steps = self._loop_evidence(loop, loop_kind)
+                    if not any(st.node is c for st in steps):
+                        steps.append(WhyStep(c, f"it calls `{snippet(c)}` on each iteration"))
+                    return steps
         for c in self.direct_body_calls(fn):
             if self.is_backward_call(c) or self.is_optimizer_step(c):
                 return [WhyStep(fn, f"`{name}` is a training step"),

@@ -118,8 +118,10 @@ class LoopsMixin:
                                 out[fn] = kind
                     continue
                 for fn in self.functions_by_name.get(target or "", []):
-                    if fn not in out and not self.direct_loops_in(fn) and not fn.name.value.startswith("test"):
-                        out[fn] = kind
+                    if fn in out or fn.name.value.startswith("test"):
+                        continue
+                    if not self.direct_loops_in(fn) or (self._runs_backward(fn) and not self._loops_over_steps(fn)):
+                        out[fn] = kind  # (a step that loops over parameter groups is still a step)
         # Functions that a loop in another file of the project calls on every iteration.
         if self.project is not None:
             for fn in self.index[cst.FunctionDef]:
@@ -151,6 +153,20 @@ class LoopsMixin:
             if not nested_functions and isinstance(parent, (cst.Lambda, cst.FunctionDef)):
                 return False
             cur = parent
+        return False
+
+    def _runs_backward(self, fn: cst.FunctionDef) -> bool:
+        return any(self.is_backward_call(c) for c in self.direct_body_calls(fn))
+
+    def _loops_over_steps(self, fn: cst.FunctionDef) -> bool:
+        """`fn` has a loop of its own that steps an optimizer (an epoch function, not a step);
+        a small loop over parameter groups or heads in a step does not make it one."""
+        for cls in (cst.For, cst.While):
+            for loop in self.index[cls]:
+                if self.enclosing_function(loop) is fn and any(
+                        self.is_backward_call(c) or self.is_optimizer_step(c) or self.is_scaler_call_step(c)
+                        for c in self.calls_within(loop)):
+                    return True
         return False
 
     def direct_loops_in(self, fn: cst.FunctionDef) -> bool:
