@@ -504,7 +504,9 @@ class EvalWithoutNoGrad(Rule):
     test-time adaptation), in `forward`/`training_step`, or in Lightning's
     `validation_step`/`test_step`/`predict_step` (Lightning disables gradients there), nor
     in a function decorated by a decorator factory of the file or the project whose decorator
-    applies `no_grad`/`inference_mode` (yolov5's `@smart_inference_mode()`).
+    applies `no_grad`/`inference_mode` (yolov5's `@smart_inference_mode()`), nor for a loop
+    over the samples of one batch drawn with `next(iter(loader))` (a sample grid) or a loop
+    that returns after its first pass.
 
     ## Applies to
     All torch versions.
@@ -543,6 +545,8 @@ class EvalWithoutNoGrad(Rule):
                 continue
             if self._autograd_on_purpose(facts, loop) or self._train_between(facts, scope, eval_call, loop, model_text):
                 continue
+            if facts.over_one_batch(loop) or facts.once_only(loop):
+                continue  # the samples of one batch (a sample grid), a loop that returns at once
             during = facts.during_training(loop) or []
             reported.add(loop)
             fix = None
