@@ -115,7 +115,7 @@ def test_setting_goes_before_the_training_code_even_with_a_late_import():
 
 
 def test_both_settings_are_grouped_after_the_imports():
-    fixed = _settings("import torch\nimport torch.nn as nn\n\n" + _TRAIN.replace("torch.nn.Linear(4, 4)", "nn.Sequential(nn.Conv2d(4, 4, 1), nn.Linear(4, 4))"),
+    fixed = _settings("import torch\nimport torch.nn as nn\n\n" + _TRAIN.replace("torch.nn.Linear(4, 4)", "nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.Linear(4, 4))"),
                       codes=("PF405", "PF406"))
     head = fixed.split("model = ")[0]
     assert head in (

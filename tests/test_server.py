@@ -329,7 +329,8 @@ async def test_edit_rechecks_open_dependents(client: LanguageClient, tmp_path):
 async def test_notebook_cells_get_their_own_diagnostics(client: LanguageClient, tmp_path):
     nb_uri = (tmp_path / "explore.ipynb").as_uri()
     cells = ["import torch\nfrom torch.utils.data import DataLoader\n", "# notes",
-             "loader = DataLoader(list(range(10)), batch_size=2)\nfor x in loader:\n    print(x.sum().item())\n"]
+             "loader = DataLoader(list(range(10)), batch_size=2)\nfor epoch in range(3):\n    for x in loader:\n"
+             "        print(x.sum().item())\n"]  # read every epoch (one pass alone is not reported)
     kinds = [lsp.NotebookCellKind.Code, lsp.NotebookCellKind.Markup, lsp.NotebookCellKind.Code]
     cell_uris = [f"vscode-notebook-cell:{tmp_path}/explore.ipynb#C{i}" for i in range(3)]
     client.notebook_document_did_open(lsp.DidOpenNotebookDocumentParams(
