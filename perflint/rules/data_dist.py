@@ -563,8 +563,8 @@ class DataParallel(Rule):
 
 def _used_outside_training(facts: Facts, fn: cst.FunctionDef) -> bool:
     """In a file that does not train: the top-level function around `fn` is called by this
-    file's own code (its tool runs it), or — called from nowhere in the file — no training
-    file of the project calls it."""
+    file's own code (its tool runs it).  A factory called from nowhere in the file may be
+    what a training script builds its model with (score_sde's create_model), and stays."""
     top = fn
     for anc in facts.ancestors(fn):
         if isinstance(anc, (cst.FunctionDef, cst.ClassDef)):
@@ -572,9 +572,8 @@ def _used_outside_training(facts: Facts, fn: cst.FunctionDef) -> bool:
     if not isinstance(top, cst.FunctionDef) or facts.parent(top) is not facts.module:
         return False
     name = top.name.value
-    if any(isinstance(c.func, cst.Name) and c.func.value == name and not facts.is_inside(c, top) for c in facts.calls()):
-        return True
-    return facts.project is not None and not facts.project.called_from_training(name)
+    return any(isinstance(c.func, cst.Name) and c.func.value == name and not facts.is_inside(c, top)
+               for c in facts.calls())
 
 
 def _dead_branch(facts: Facts, node: cst.CSTNode) -> bool:
