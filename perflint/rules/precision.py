@@ -1710,6 +1710,8 @@ def _first_conv_call(facts: Facts) -> cst.Call | None:
 _VARIABLE_SHAPE_WORDS = (
     "pad_sequence", "pack_padded_sequence", "pack_sequence", "pad_packed_sequence", "packedsequence",
     "randomresize", "randomshortestsize", "scalejitter", "randomioucrop", "randomzoomout", "bucket",
+    # per-batch sequence lengths: audio/text models crop or pad to each batch's own length
+    "input_lengths", "mel_input_length", "mel_lengths", "length_to_mask", "sequence_mask", "lengths_to_mask",
 )
 _RANDOM_CALLS = {"randint", "randrange", "uniform", "choice", "integers", "rand", "random", "randn"}
 
