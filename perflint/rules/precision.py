@@ -1675,21 +1675,35 @@ def _frozen(facts: Facts, call: cst.Call) -> bool:
     if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
         return False
     target = dotted(assign.targets[0].target)
-    if not target:
-        return False
+    return bool(target) and target in _frozen_names(facts)
+
+
+def _frozen_names(facts: Facts) -> frozenset[str]:
+    """The names whose parameters the file freezes: `name.requires_grad_(False)`, or
+    `p.requires_grad = False` in a loop over `name.parameters()` (computed once a file)."""
+    memo = facts.__dict__.get("_frozen_names_memo")
+    if memo is not None:
+        return memo
+    names: set[str] = set()
     for c in facts.calls():
         if call_name(c) == "requires_grad_" and isinstance(c.func, cst.Attribute) \
-                and dotted(c.func.value) == target and c.args and literal_value(c.args[0].value) is False:
-            return True
+                and c.args and literal_value(c.args[0].value) is False:
+            name = dotted(c.func.value)
+            if name:
+                names.add(name)
     for loop in facts.index[cst.For]:
         it = loop.iter
-        if isinstance(it, cst.Call) and call_name(it) == "parameters" and isinstance(it.func, cst.Attribute) \
-                and dotted(it.func.value) == target:
-            for n in iter_nodes(loop.body):
-                if isinstance(n, cst.Assign) and literal_value(n.value) is False and any(
-                        isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad" for t in n.targets):
-                    return True
-    return False
+        if isinstance(it, cst.Call) and call_name(it) == "parameters" and isinstance(it.func, cst.Attribute):
+            name = dotted(it.func.value)
+            if name and name not in names and any(
+                    isinstance(n, cst.Assign) and literal_value(n.value) is False and any(
+                        isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
+                        for t in n.targets)
+                    for n in iter_nodes(loop.body)):
+                names.add(name)
+    memo = frozenset(names)
+    facts.__dict__["_frozen_names_memo"] = memo
+    return memo
 
 
 def _first_conv_call(facts: Facts) -> cst.Call | None:
