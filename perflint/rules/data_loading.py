@@ -507,30 +507,47 @@ def _in_a_loop(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> bool:
     return False
 
 
+_OPAQUE = "opaque"
+
+
+def _through_wrappers(facts: Facts, use: cst.Name):
+    """A use of a loader name, followed up through what iterates it (`enumerate(loader)`,
+    `tqdm(...)`, `for … in …`): None when it reads no batch (`len(loader)`, a loader
+    attribute such as `.dataset`, `loader.__len__()`), `_OPAQUE` when another attribute may
+    read it, else (the outermost node, its Arg parent or None, the call around that)."""
+    parent = facts.parent(use)
+    if isinstance(parent, cst.Attribute) and parent.value is use:
+        if parent.attr.value in _LOADER_ATTRS:
+            return None
+        if parent.attr.value == "__len__" and isinstance(facts.parent(parent), cst.Call):
+            return None  # `loader.__len__()` counts batches; it reads none
+        return _OPAQUE
+    node: cst.CSTNode = use
+    arg = facts.parent(node)
+    outer = facts.parent(arg) if isinstance(arg, cst.Arg) else None
+    if isinstance(outer, cst.Call) and call_name(outer) == "len":
+        return None
+    while isinstance(outer, cst.Call) and (
+        (call_name(outer) or "") in _ITER_WRAPPERS
+        or (isinstance(facts.parent(outer), (cst.For, cst.CompFor)) and facts.parent(outer).iter is outer)
+    ):
+        node = outer
+        arg = facts.parent(node)
+        outer = facts.parent(arg) if isinstance(arg, cst.Arg) else None
+    return node, arg, outer
+
+
 def _reads(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: int) -> int:
     """How many times `name` (bound before order `after`) is iterated in `scope`; 2 stands
     for "more than once, or unknown"."""
     reads = 0
     for use in facts.later_uses(name, scope, after):
-        parent = facts.parent(use)
-        if isinstance(parent, cst.Attribute) and parent.value is use:
-            if parent.attr.value in _LOADER_ATTRS:
-                continue
-            if parent.attr.value == "__len__" and isinstance(facts.parent(parent), cst.Call):
-                continue  # `loader.__len__()` counts batches; it reads none
-            return 2
-        node: cst.CSTNode = use
-        arg = facts.parent(node)
-        outer = facts.parent(arg) if isinstance(arg, cst.Arg) else None
-        if isinstance(outer, cst.Call) and call_name(outer) == "len":
+        got = _through_wrappers(facts, use)
+        if got is None:
             continue
-        while isinstance(outer, cst.Call) and (
-            (call_name(outer) or "") in _ITER_WRAPPERS
-            or (isinstance(facts.parent(outer), (cst.For, cst.CompFor)) and facts.parent(outer).iter is outer)
-        ):
-            node = outer
-            arg = facts.parent(node)
-            outer = facts.parent(arg) if isinstance(arg, cst.Arg) else None
+        if got == _OPAQUE:
+            return 2
+        node, arg, outer = got
         parent = facts.parent(node)
         if isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is node:
             if _in_a_loop(facts, parent, scope):
@@ -558,24 +575,12 @@ def _read_sites(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: 
         parent = facts.parent(use)
         if isinstance(parent, cst.AssignTarget) and parent.target is use:
             continue  # rebound (`batchs = [...]` on another path): not a read
-        if isinstance(parent, cst.Attribute) and parent.value is use:
-            if parent.attr.value in _LOADER_ATTRS:
-                continue
-            if parent.attr.value == "__len__" and isinstance(facts.parent(parent), cst.Call):
-                continue  # `loader.__len__()` counts batches; it reads none
-            return None
-        node: cst.CSTNode = use
-        arg = facts.parent(node)
-        outer = facts.parent(arg) if isinstance(arg, cst.Arg) else None
-        if isinstance(outer, cst.Call) and call_name(outer) == "len":
+        got = _through_wrappers(facts, use)
+        if got is None:
             continue
-        while isinstance(outer, cst.Call) and (
-            (call_name(outer) or "") in _ITER_WRAPPERS
-            or (isinstance(facts.parent(outer), (cst.For, cst.CompFor)) and facts.parent(outer).iter is outer)
-        ):
-            node = outer
-            arg = facts.parent(node)
-            outer = facts.parent(arg) if isinstance(arg, cst.Arg) else None
+        if got == _OPAQUE:
+            return None
+        node, arg, outer = got
         parent = facts.parent(node)
         if isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is node:
             sites.append(("next", parent) if _breaks_at_once(parent) else ("for", parent))
