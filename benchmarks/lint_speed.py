@@ -3,6 +3,7 @@
     python benchmarks/lint_speed.py FOLDER [--repeat N] [--jobs N] [--json OUT.json]
     python benchmarks/lint_speed.py FOLDER --formats        # every output format, cold and warm
     python benchmarks/lint_speed.py --one-file FILE         # start-up: one small file (pre-commit)
+    python benchmarks/lint_speed.py --big-file 10000 20000  # generated training files of N lines
 
 Prints files, lines, seconds and files/s for:
 
@@ -195,6 +196,97 @@ def one_file_table(path: Path, repeat: int, med) -> dict:
     return out
 
 
+_BLOCK = """
+class Net{i}(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x))
+        return self.fc(x.mean((2, 3)))
+
+
+def train_{i}(device, epochs=2):
+    ds = TensorDataset(torch.randn(64, 3, 8, 8), torch.randint(0, 10, (64,)))
+    loader = DataLoader(ds, batch_size=8)
+    model = Net{i}().to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for epoch in range(epochs):
+        total = 0.0
+        for step, (x, y) in enumerate(loader):
+            x, y = x.to(device), y.to(device)
+            out = model(x)
+            loss = F.cross_entropy(out, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item()
+            if step % 10 == 0:
+                print(epoch, step, loss.item())
+    return total
+"""
+_HEAD = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+         "from torch.utils.data import DataLoader, TensorDataset\n")
+
+
+def big_file_text(lines: int) -> str:
+    """A generated training module of about `lines` lines: model classes and training
+    functions with loaders, device copies, `.item()` logging (about 7 findings a block)."""
+    blocks = max(1, lines // _BLOCK.count("\n"))
+    return _HEAD + "".join(_BLOCK.format(i=i) for i in range(blocks)) + \
+        "\n\nif __name__ == '__main__':\n    train_0('cuda')\n"
+
+
+_PARSE_ONLY = """
+import resource, sys, time
+import libcst
+text = open(sys.argv[1], encoding="utf-8").read()
+t = time.perf_counter()
+libcst.parse_module(text)
+print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def big_file_table(sizes: list[int], repeat: int, med) -> dict:
+    """One generated file per size: `perflint check FILE --no-cache` (one job) against a
+    process that only runs `libcst.parse_module` on it — time and peak memory."""
+    env = _env()
+    out = {}
+    print()
+    print(f"| {'lines':>7} | {'parse s':>7} | {'check s':>7} | {'ratio':>5} | {'parse MB':>8} | {'check MB':>8} | {'ratio':>5} |")
+    print(f"|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 7}|{'-' * 10}|{'-' * 10}|{'-' * 7}|")
+    with tempfile.TemporaryDirectory(prefix="perflint-bench-big-") as tmp:
+        for n in sizes:
+            path = Path(tmp) / f"train_{n}.py"
+            path.write_text(big_file_text(n), encoding="utf-8")
+            real = path.read_bytes().count(b"\n")
+            parse, check = [], []
+            for _ in range(repeat):
+                p = subprocess.run([sys.executable, "-c", _PARSE_ONLY, str(path)], capture_output=True, text=True,
+                                   env=env, check=True)
+                secs, rss = p.stdout.split()
+                parse.append((float(secs), int(rss)))
+                cmd = [sys.executable, "-c", "import resource, runpy, sys, time\n"
+                       "t = time.perf_counter()\nsys.argv = ['perflint', 'check', sys.argv[1], '--no-cache', '--jobs', '1',"
+                       " '--exit-zero', '-q', '-o', '/dev/null']\n"
+                       "try:\n    runpy.run_module('perflint', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+                       "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,"
+                       " file=sys.stderr)", str(path)]
+                p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                secs, rss = p.stderr.split()[-2:]
+                check.append((float(secs), int(rss)))
+            ps, cs = med(t for t, _ in parse), med(t for t, _ in check)
+            pm, cm = med(m for _, m in parse) / 2**20, med(m for _, m in check) / 2**20
+            out[str(n)] = {"lines": real, "parse_s": ps, "check_s": cs, "parse_mb": pm, "check_mb": cm}
+            print(f"| {real:>7,} | {ps:>7.2f} | {cs:>7.2f} | {cs / ps:>5.2f} | {pm:>8.0f} | {cm:>8.0f} | {cm / pm:>5.2f} |")
+    print()
+    print("check: `perflint check FILE --no-cache --jobs 1` in one process (imports included); parse: "
+          "`libcst.parse_module` alone (its import excluded); memory: peak RSS of each process")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path, nargs="?")
@@ -204,14 +296,18 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the numbers here")
     ap.add_argument("--formats", action="store_true", help="also time every output format on FOLDER")
     ap.add_argument("--one-file", type=Path, metavar="FILE", help="time start-up on one small file")
+    ap.add_argument("--big-file", type=int, nargs="+", metavar="LINES",
+                    help="time generated training files of these sizes against the bare parse")
     args = ap.parse_args()
     med = min if args.statistic == "min" else statistics.median
     extra: dict = {}
     if args.one_file is not None:
         extra["one_file"] = one_file_table(args.one_file, args.repeat, med)
+    if args.big_file:
+        extra["big_file"] = big_file_table(args.big_file, args.repeat, med)
     if args.folder is None:
-        if args.one_file is None:
-            ap.error("give a FOLDER, --one-file FILE, or both")
+        if args.one_file is None and not args.big_file:
+            ap.error("give a FOLDER, --one-file FILE, --big-file LINES, or several")
         if args.json:
             args.json.write_text(json.dumps(extra, indent=2) + "\n")
         return
