@@ -918,6 +918,9 @@ class ScalerMisuse(Rule):
                     continue
                 if recv in stepped_via_scaler:
                     continue
+                if any(facts.receiver_text(a.value) in scaler_texts or facts.has_kind(a.value, "scaler")
+                       for a in c.args):
+                    continue  # a wrapper given the scaler steps through it: `opts.step("g", scaler=scaler)`
                 before = [b for b, _ in scaled if facts.order[b] < facts.order[c] and not _exclusive(facts, b, c)]
                 if not before:
                     continue
