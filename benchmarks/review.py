@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--per-rule", type=int, default=None, metavar="N",
                    help="at most N findings per rule code across all repositories (default: all)")
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--prior", action="append", default=[], metavar="OLD.csv",
+    s.add_argument("--prior", action="extend", nargs="+", default=[], metavar="OLD.csv",
                    help="copy verdict, cls and note from rows of an earlier sheet with the same key")
     s.set_defaults(func=cmd_sample)
     t = sub.add_parser("score", help="precision per rule from filled-in sheets")
