@@ -268,6 +268,7 @@ def torch_lower_bound(requirements: list[str]) -> tuple[int, int] | None:
 
     Several torch requirements (for other markers or extras) give the lowest of their
     bounds; requirements with no lower bound (`torch`, `torch<3`) are not counted.
+    `pytorch==1.3.1` (conda's name for torch) counts as a torch requirement.
     """
     best: tuple[int, int] | None = None
     for line in _logical_lines(requirements):
@@ -275,8 +276,8 @@ def torch_lower_bound(requirements: list[str]) -> tuple[int, int] | None:
             continue
         line = _OPTION.split(line, 1)[0].strip()
         parsed = _specifiers(line)
-        if parsed is None or parsed[0].lower() != "torch":
-            continue
+        if parsed is None or parsed[0].lower() not in ("torch", "pytorch"):
+            continue  # "pytorch" is conda's name, often written in requirements files too
         lower = _lower_bound(parsed[1])
         if lower is not None:
             best = lower if best is None else min(best, lower)

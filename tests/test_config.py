@@ -295,7 +295,7 @@ def _v(t, parts=3):
 
 @settings(max_examples=150, deadline=None)
 @given(lo=versions, parts=st.integers(2, 3), op=st.sampled_from([">=", "==", "~=", ">"]), sp=spaces,
-       upper=st.one_of(st.none(), versions), marker=st.booleans(), comment=st.booleans(), name=st.sampled_from(["torch", "Torch", "TORCH"]))
+       upper=st.one_of(st.none(), versions), marker=st.booleans(), comment=st.booleans(), name=st.sampled_from(["torch", "Torch", "TORCH", "pytorch"]))
 def test_lower_bound_of_one_requirement(lo, parts, op, sp, upper, marker, comment, name):
     spec = f"{op}{sp}{_v(lo, parts)}"
     if upper is not None:
@@ -326,6 +326,8 @@ def test_lower_bound_never_crashes_on_junk(lines):
 
 
 def test_lower_bound_special_cases():
+    assert torch_lower_bound(["pytorch==1.3.1", "torchtext==0.4.0"]) == (1, 3)  # conda's name, in requirements.txt
+    assert torch_lower_bound(["pytorch-lightning>=2.1"]) is None
     assert torch_lower_bound(["torch==2.*"]) == (2, 0)
     assert torch_lower_bound(["torch==2.10.*"]) == (2, 10)
     assert torch_lower_bound(["torch>=2.5.0rc1"]) == (2, 5)
