@@ -75,12 +75,13 @@ PER_STEP = ("PF201", "PF202", "PF203", "PF204")
 
 
 @pytest.mark.parametrize("path", sorted(p for p in (FIXTURES / "rules").glob("PF20*.py")
-                                        if not p.name.endswith((".fixed.py", ".unsafe.py"))), ids=lambda p: p.name)
+                                        if not p.name.endswith((".fixed.py", ".unsafe.py"))
+                                        and p.stem.split("_")[0].split(".")[0] in PER_STEP), ids=lambda p: p.name)
 def test_every_per_step_finding_carries_its_evidence(path: Path):
     code = path.stem.split("_")[0].split(".")[0]
-    if code not in PER_STEP:
-        pytest.skip("not a per-step rule")
     result = lint_bytes(str(path), path.read_bytes(), LintOptions(codes=(code,), prefilter=False))
+    expected = path.read_text().count(f"expect: {code}")
+    assert len(result.diagnostics) == expected  # the fixture's own markers: the loop below checks something
     for d in result.diagnostics:
         assert d.why, f"{path.name}:{d.location.row} {d.code} has no evidence"
         assert d.why[0].startswith(("line ", "cell ")) or ":" in d.why[0]
