@@ -17,6 +17,18 @@ only turned on by perflint's own command line).  The project model is not used: 
 that needs another module of the project is reported as a single-file check reports it.
 A text that cannot be read or parsed, or a broken configuration, raises `PerflintError`
 with perflint's one-line message.
+
+The command line, the language server and the runtime all check and fix through this
+module.  Besides the two text functions above it has the file-level forms they are built
+on, for programs that resolve options and keep a project model themselves (perflint's
+worker processes and its language server do):
+
+    options, settings = lint_options("train.py")
+    result = check_file("train.py", raw_bytes, options, project=view)   # a FileResult
+    result = fix_file("train.py", raw_bytes, options, unsafe=False)      # .fixed_bytes
+
+`check_file`, `fix_file` and `fix_text` never raise for bad input: a file that cannot be
+read or parsed comes back as `FileError`s in the result, as `perflint check` reports it.
 """
 
 from __future__ import annotations
@@ -27,7 +39,17 @@ from typing import Sequence
 
 from perflint.diagnostics import Diagnostic, ErrorKind, FileError
 
-__all__ = ["PerflintError", "FixResult", "check_source", "fix_source", "lint_options"]
+__all__ = ["PerflintError", "FixResult", "check_source", "fix_source", "lint_options",
+           "check_file", "fix_file", "fix_text", "LintOptions"]
+
+
+def __getattr__(name: str):
+    # `LintOptions` (what `lint_options` resolves) without importing the engine up front.
+    if name == "LintOptions":
+        from perflint.engine import LintOptions
+
+        return LintOptions
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class PerflintError(ValueError):
@@ -94,14 +116,40 @@ def _raise_first(errors: list[FileError]) -> None:
         raise PerflintError(errors[0])
 
 
+def check_file(path: str, raw: bytes | None, options, *, project=None, summarise: bool = False):
+    """Check one file's bytes (`raw=None`: read `path`) with resolved `LintOptions`.
+
+    `project` is the file's `ProjectView` (its questions to the project are recorded in
+    `result.questions`); with `summarise`, `result.summary` is its module summary.  Returns
+    a `FileResult`; unreadable or unparsable input is in `result.errors`."""
+    from perflint.engine import lint_bytes
+
+    return lint_bytes(path, raw, options, project=project, summarise=summarise)
+
+
+def fix_file(path: str, raw: bytes | None, options, *, unsafe: bool, fixable=None, project=None):
+    """Fix one file's bytes to a fixed point.  `fixable` is a predicate on rule codes (the
+    configuration's `fixable`/`unfixable`).  Returns a `FileResult` whose `fixed_bytes` is the
+    new file (None when nothing changed) and whose diagnostics are what is left."""
+    from perflint.engine import fix_bytes
+
+    return fix_bytes(path, raw, options, unsafe, fixable=fixable, project=project)
+
+
+def fix_text(text: str, path: str, options, *, unsafe: bool, fixable=None, project=None):
+    """Fix a Python source text (no encoding, no notebook): `(new text, fixes applied by
+    rule code, errors)`.  The new text always parses."""
+    from perflint.engine import fix_text as _fix_text
+
+    return _fix_text(text, path, options, unsafe, fixable=fixable, project=project)
+
+
 def check_source(text: str | bytes, path: str = "<stdin>.py", *, select=None, extend_select=None, ignore=None,
                  target_torch=None, config: bool = True) -> list[Diagnostic]:
     """The findings `perflint check` reports on `text` (bytes are decoded as a file would be)."""
-    from perflint.engine import lint_bytes
-
     options, _ = lint_options(path, select=select, extend_select=extend_select, ignore=ignore,
                               target_torch=target_torch, config=config)
-    result = lint_bytes(path, _raw(text), replace(options, prefilter=True))
+    result = check_file(path, _raw(text), replace(options, prefilter=True))
     _raise_first(result.errors)
     return list(result.diagnostics)
 
@@ -111,14 +159,15 @@ def fix_source(text: str | bytes, path: str = "<stdin>.py", *, unsafe: bool | No
     """`text` with the fixes `perflint fix` would apply (`unsafe=None`: as the configuration says).
 
     The fixed text is always one that parses; the configuration's `fixable`/`unfixable` hold."""
-    from perflint.engine import fix_bytes
     from perflint.selection import fixable_codes
     from perflint.source import read_source
 
     options, settings = lint_options(path, select=select, extend_select=extend_select, ignore=ignore,
                                      target_torch=target_torch, config=config, with_edits=False)
     use_unsafe = settings.unsafe_fixes if unsafe is None else unsafe
-    result = fix_bytes(path, _raw(text), options, use_unsafe, fixable=fixable_codes(settings))
+    allowed = fixable_codes(settings)
+    result = fix_file(path, _raw(text), options, unsafe=use_unsafe,
+                      fixable=None if allowed is None else allowed.__contains__)
     _raise_first(result.errors)
     raw = _raw(text) if result.fixed_bytes is None else result.fixed_bytes
     if path.endswith(".ipynb"):  # the notebook's JSON, as it would be written

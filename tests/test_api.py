@@ -74,6 +74,45 @@ def test_the_configuration_above_the_path_applies(tmp_path):
         check_source(TRAIN, path=str(tmp_path / "train.py"))
 
 
+def test_the_configurations_unfixable_codes_are_not_fixed(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nselect = ["PF402", "PF102"]\nunfixable = ["PF402"]\n')
+    r = fix_source(TRAIN, path=str(tmp_path / "train.py"))
+    assert "PF402" not in r.applied and "torch.cuda.amp.GradScaler()" in r.text
+    assert "PF402" in {d.code for d in r.remaining}
+    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nselect = ["PF402"]\nfixable = ["PF402"]\n')
+    assert fix_source(TRAIN, path=str(tmp_path / "train.py")).applied == {"PF402": 1}
+
+
+def test_the_file_level_forms_report_bad_input_in_the_result():
+    from perflint.api import LintOptions, check_file, fix_file
+
+    options = LintOptions(codes=("PF402",))
+    result = check_file("a.py", b"x = (\n", options)
+    assert not result.diagnostics and [e.kind.value for e in result.errors] == ["syntax-error"]
+    fixed = fix_file("train.py", TRAIN.encode(), options, unsafe=False)
+    assert fixed.fixes_applied == {"PF402": 1} and b'torch.amp.GradScaler("cuda")' in fixed.fixed_bytes
+
+
+def test_the_command_line_server_and_runtime_check_through_the_api():
+    """Only `perflint.api` calls the engine's entry points: the CLI's workers, the language
+    server and the runtime go through it."""
+    import ast
+
+    entry = {"lint_bytes", "fix_bytes", "fix_text", "fix_source"}
+    offenders = []
+    for path in sorted([*(ROOT / "perflint").rglob("*.py"), *(ROOT / "runtime").rglob("*.py")]):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in ("perflint/api.py", "perflint/engine.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "perflint.engine":
+                offenders += [f"{rel}: {a.name}" for a in node.names if a.name in entry]
+            elif isinstance(node, ast.Attribute) and node.attr in entry and \
+                    isinstance(node.value, ast.Name) and node.value.id == "engine":
+                offenders.append(f"{rel}: engine.{node.attr}")
+    assert offenders == []
+
+
 def test_threads_get_the_answers_of_one_thread():
     text = WORKLOAD.read_text()
 

@@ -4,9 +4,9 @@ its answers into LSP messages.
 
 Settings come from the CLI's own resolver (`perflint.config.Resolver`, with the client's
 overrides in the place of command-line flags) and `options.options_for`, so a file gets the
-same rules in the editor as from `perflint check`.  Checking goes through the engine's entry
-points (`lint_bytes`, `fix_text`, `fix_bytes`) with the file's `ProjectView` from the warm
-project model.
+same rules in the editor as from `perflint check`.  Checking goes through `perflint.api`
+(`check_file`, `fix_text`, `fix_file`) with the file's `ProjectView` from the warm project
+model.
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ class Checker:
         return report
 
     def _check(self, doc: Doc, report: Report) -> None:
-        from perflint.engine import lint_bytes
+        from perflint.api import check_file
 
         wp = self._project(doc.path)
         report.root = wp.root if wp is not None else None
@@ -233,7 +233,7 @@ class Checker:
         if doc.is_notebook:
             raw = notebook_bytes(doc.cells or [])
             view = wp.view(a) if wp is not None else None
-            result = lint_bytes(doc.path, raw, report.options, project=view)
+            result = check_file(doc.path, raw, report.options, project=view)
         else:
             raw = encode_python(doc.text or "")
             self.buffers[a] = raw
@@ -243,18 +243,18 @@ class Checker:
                 # (and the files importing it) before checking it with the project.
                 self._completed.add(a)
                 view = wp.view(a)
-                result = lint_bytes(doc.path, raw, report.options, project=view, summarise=summarised)
+                result = check_file(doc.path, raw, report.options, project=view, summarise=summarised)
                 before = self._digest_of(wp, a, result.questions, view)
                 changed = wp.put(a, result.summary) if summarised else False
                 changed = wp.complete(a, self.buffers) or changed
                 self.stale.discard(a)
                 if changed and wp.digest(a, result.questions) != before:
-                    result = lint_bytes(doc.path, raw, report.options, project=wp.view(a))
+                    result = check_file(doc.path, raw, report.options, project=wp.view(a))
             else:
                 # An edit: check the file against the project as it is; its own summary is
                 # brought up to date afterwards (`refresh`), off the path of the diagnostics.
                 view = wp.view(a) if wp is not None else None
-                result = lint_bytes(doc.path, raw, report.options, project=view)
+                result = check_file(doc.path, raw, report.options, project=view)
                 if summarised:
                     self.stale.add(a)
         if wp is not None:
@@ -326,7 +326,7 @@ class Checker:
         report._with_edits = cache
         if code in cache:
             return cache[code]
-        from perflint.engine import lint_bytes
+        from perflint.api import check_file
 
         out: dict = {}
         if report.options is not None and report.syntax is None and report.file_error is None:
@@ -336,7 +336,7 @@ class Checker:
             view = wp.view(os.path.abspath(doc.path)) if wp is not None else None
             try:
                 options = replace(report.options, codes=(code,), with_edits=True)
-                result = lint_bytes(doc.path, raw, options, project=view)
+                result = check_file(doc.path, raw, options, project=view)
                 out = {_diag_key(d): d for d in result.diagnostics}
             except Exception as exc:  # noqa: BLE001
                 self.log(f"perflint: computing fixes for {doc.path} failed: {type(exc).__name__}: {exc}")
@@ -357,7 +357,7 @@ class Checker:
         return report._fix_all[0]
 
     def _fix_all(self, report: Report) -> str | list[str] | None:
-        from perflint.engine import fix_bytes, fix_text
+        from perflint.api import fix_file, fix_text
         from perflint.selection import fixable_codes
 
         doc = report.doc
@@ -371,8 +371,8 @@ class Checker:
             for e in errors:
                 self.log(f"perflint: {e.one_line()}")
             return new if new != doc.text else None
-        result = fix_bytes(doc.path, notebook_bytes(doc.cells or []), options, unsafe=False, fixable=fixable,
-                           project=view)
+        result = fix_file(doc.path, notebook_bytes(doc.cells or []), options, unsafe=False, fixable=fixable,
+                          project=view)
         for e in result.errors:
             self.log(f"perflint: {e.one_line()}")
         if result.fixed_bytes is None:

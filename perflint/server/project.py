@@ -22,9 +22,9 @@ def wants_summary(raw: bytes) -> bool:
 
 
 def summarise_bytes(path: str, raw: bytes) -> dict | None:
-    from perflint.engine import LintOptions, lint_bytes
+    from perflint.api import LintOptions, check_file
 
-    return lint_bytes(path, raw, LintOptions(codes=(), prefilter=False), summarise=True).summary
+    return check_file(path, raw, LintOptions(codes=(), prefilter=False), summarise=True).summary
 
 
 class WarmProject:
