@@ -17,8 +17,10 @@ import re
 import sys
 from functools import lru_cache
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
-from perflint.config import Settings
+if TYPE_CHECKING:  # annotations only: config imports selection to validate codes
+    from perflint.config import Settings
 
 
 def _registry():
