@@ -1,6 +1,6 @@
-"""A content-hash result cache: `.perflint_cache/<version>/<key>.json`.
+"""A content-hash result cache, kept in the cache folder's database (`store.Store`).
 
-The key covers perflint's version, a stamp of its own code (so an edited rule never serves
+Its namespace covers perflint's version, a stamp of its own code (so an edited rule never serves
 stale results, even without a version bump) and the settings that decide a file's
 diagnostics (rules, target torch, whether fix edits are included).  An entry maps a file's
 absolute path to the SHA-256 of its bytes and the diagnostics found in it; a changed file
@@ -10,14 +10,13 @@ misses.  Files with errors are never cached, so a fixed problem is seen at once.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from functools import lru_cache
 from pathlib import Path
 
 from perflint import __version__
 from perflint.diagnostics import Diagnostic
-from perflint.source import atomic_write
+from perflint.store import Store
 
 
 def digest(raw: bytes) -> str:
@@ -39,19 +38,19 @@ def code_stamp() -> str:
 
 
 class Cache:
-    def __init__(self, directory: Path, fingerprint: str) -> None:
+    def __init__(self, directory: Path | None, fingerprint: str, store: Store | None = None) -> None:
         self.directory = directory
         key = hashlib.sha256(f"{fingerprint}:{code_stamp()}".encode()).hexdigest()[:20]
-        self.path = directory / __version__ / f"{key}.json"
-        self.entries: dict[str, dict] = {}
-        self.dirty = False
+        self.namespace = f"results/{__version__}/{key}"
+        self.store = store if store is not None else Store(directory)
+        self.entries: dict[str, dict] = self.store.load(self.namespace)
+        self.changed: dict[str, dict] = {}
+        self.used: set[str] = set()
         self.hits = 0
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            if isinstance(data, dict):
-                self.entries = data
-        except (OSError, ValueError):
-            self.entries = {}
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.changed or self.used)
 
     def get(self, key: str, sha: str, digest_of=None, stamp: str | None = None) -> list[Diagnostic] | None:
         """The cached diagnostics of a file whose bytes hash to `sha`, while the answers to the
@@ -71,6 +70,7 @@ class Cache:
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         self.hits += 1
+        self.used.add(key)
         return out
 
     def has(self, key: str, sha: str) -> bool:
@@ -86,24 +86,15 @@ class Cache:
             entry["q"], entry["a"] = list(questions), answers
             if stamp is not None:
                 entry["p"] = stamp
-        self.entries[key] = entry
-        self.dirty = True
+        self.entries[key] = self.changed[key] = entry
 
     def save(self) -> None:
         if not self.dirty:
             return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            marker = self.directory / ".gitignore"
-            if not marker.exists():
-                marker.write_text("# Created by perflint automatically.\n*\n", encoding="utf-8")
-                (self.directory / "CACHEDIR.TAG").write_text(
-                    "Signature: 8a477f597d28d172789f06886806bc55\n# perflint result cache\n", encoding="utf-8"
-                )
-            atomic_write(str(self.path), json.dumps(self.entries, separators=(",", ":")).encode("utf-8"))
-            self.dirty = False
-        except OSError:
-            pass  # a read-only tree still gets its results, just not cached
+        if self.store.save(self.namespace, "results", self.changed, self.used):
+            self.changed, self.used = {}, set()
+        # else: a read-only tree still gets its results, just not cached
+        self.store.close()
 
 
 def cache_dir() -> Path:

@@ -12,7 +12,6 @@ cached findings carry the questions it asked and a digest of their answers.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -21,51 +20,35 @@ from pathlib import Path
 from perflint import __version__
 from perflint.analysis.project import ProjectIndex, find_root, project_paths, read_regular
 from perflint.cache import code_stamp
-from perflint.source import atomic_write
+from perflint.store import Store
 
 MAX_ROUNDS = 4
 
 
-def _load_dict(path: Path | None) -> dict:
-    """A JSON object from a cache file; empty when there is none or it is unreadable."""
-    if path is None:
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _save_dict(path: Path, entries: dict) -> bool:
-    """Write a cache file atomically; False when it could not be written (the run goes on)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(str(path), json.dumps(entries, separators=(",", ":")).encode("utf-8"))
-        return True
-    except OSError:
-        return False
-
-
 class SummaryCache:
-    """sha256 of a file's bytes → its module summary (`.perflint_cache/<version>/`)."""
+    """sha256 of a file's bytes → its module summary (the cache folder's `store.Store`)."""
 
     def __init__(self, directory: Path | None) -> None:
-        self.path = directory / __version__ / f"summaries-{code_stamp()}.json" if directory is not None else None
-        self.entries: dict[str, dict] = _load_dict(self.path)
-        self.dirty = False
+        self.store = Store(directory)
+        self.namespace = f"summaries/{__version__}/{code_stamp()}"
+        self.entries: dict[str, dict] = self.store.load(self.namespace)
+        self.changed: dict[str, dict] = {}
+        self.used: set[str] = set()
 
     def get(self, sha: str) -> dict | None:
         got = self.entries.get(sha)
-        return got if isinstance(got, dict) else None
+        if not isinstance(got, dict):
+            return None
+        self.used.add(sha)
+        return got
 
     def put(self, sha: str, summary: dict) -> None:
-        self.entries[sha] = summary
-        self.dirty = True
+        self.entries[sha] = self.changed[sha] = summary
 
     def save(self) -> None:
-        if self.path is not None and self.dirty:
-            self.dirty = not _save_dict(self.path, self.entries)
+        if (self.changed or self.used) and self.store.save(self.namespace, "summaries", self.changed, self.used):
+            self.changed, self.used = {}, set()
+        self.store.close()
 
 
 def roots_for(files: list[Path], given: list[str]) -> dict[str, str]:
@@ -163,11 +146,13 @@ class ImportLines:
     imports to look up their cached summaries."""
 
     def __init__(self, directory: Path | None) -> None:
-        self.path = directory / __version__ / f"imports-{code_stamp()}.json" if directory is not None else None
-        self.entries: dict[str, list] = _load_dict(self.path)
+        self.store = Store(directory)
+        self.namespace = f"imports/{__version__}/{code_stamp()}"
+        self.entries: dict[str, list] = self.store.load(self.namespace)
         self.fresh: dict[str, bytes] = {}  # the bytes of files read in this run (up to FRESH_LIMIT)
         self._fresh_bytes = 0
-        self.dirty = False
+        self.changed: dict[str, list] = {}
+        self.used: set[str] = set()
 
     def _entry(self, path: str) -> list | None:
         """[mtime_ns, size, import lines, sha256] of a regular file, read only when its size
@@ -180,6 +165,7 @@ class ImportLines:
             return None
         got = self.entries.get(path)
         if isinstance(got, list) and len(got) == 4 and got[0] == st.st_mtime_ns and got[1] == st.st_size:
+            self.used.add(path)
             return got
         raw = read_regular(path)
         if raw is None:
@@ -191,9 +177,8 @@ class ImportLines:
         if self._fresh_bytes + len(raw) <= FRESH_LIMIT:
             self.fresh[path] = raw
             self._fresh_bytes += len(raw)
-        if self.path is not None:
-            self.entries[path] = entry
-            self.dirty = True
+        if self.store.directory is not None:
+            self.entries[path] = self.changed[path] = entry
         return entry
 
     def get(self, path: str) -> bytes | None:
@@ -207,13 +192,15 @@ class ImportLines:
         return entry[3] if entry is not None else None
 
     def save(self, keep: set[str] | None = None) -> None:
-        if self.path is None:
-            return
+        """Write what changed; with `keep`, forget the files not in it (gone from the project)."""
+        drop = set()
         if keep is not None and len(keep) != len(self.entries):
+            drop = {k for k in self.entries if k not in keep}
             self.entries = {k: v for k, v in self.entries.items() if k in keep}
-            self.dirty = True
-        if self.dirty:
-            self.dirty = not _save_dict(self.path, self.entries)
+        changed = {k: v for k, v in self.changed.items() if k not in drop}
+        if (changed or self.used or drop) and self.store.save(self.namespace, "imports", changed, self.used, drop):
+            self.changed, self.used = {}, set()
+        self.store.close()
 
 
 # A file without any of these cannot offer other files anything the analysis uses, nor

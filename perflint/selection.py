@@ -62,11 +62,12 @@ def rule_records() -> dict:
     return _registry()
 
 
-def _snapshot_path():
+def _snapshot_store():
     from perflint import __version__
     from perflint.cache import cache_dir, code_stamp
+    from perflint.store import Store
 
-    return cache_dir() / __version__ / f"rules-{code_stamp()}.json"
+    return Store(cache_dir()), f"rules/{__version__}/{code_stamp()}"
 
 
 @lru_cache(maxsize=1)
@@ -75,41 +76,39 @@ def _cached_snapshot() -> dict | None:
 
 
 def _read_snapshot() -> dict | None:
-    import json
-
+    store, namespace = _snapshot_store()
+    data = store.load(namespace)
+    store.close()
+    if not data:
+        return None
     try:
-        data = json.loads(_snapshot_path().read_text(encoding="utf-8"))
         return {
             code: _RuleRecord(code, str(v["name"]), bool(v["default"]), str(v["severity"]), str(v["summary"]),
                               str(v["fix"]), str(v["doc"]))
             for code, v in sorted(data.items())
         }
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
 def write_snapshot() -> None:
     """Record the registry for later runs, if the rules are imported and it is not there."""
-    import json
-
     if "perflint.rules.base" not in sys.modules:
         return
+    store, namespace = _snapshot_store()
     try:
-        path = _snapshot_path()
-        if path.exists():
+        if store.load(namespace):
             return
         from perflint.rules import all_rules
-        from perflint.source import atomic_write
 
         data = {
             code: {"name": r.name, "default": bool(r.default), "severity": r.severity.value, "summary": r.summary,
-                   "fix": r.fix_class, "doc": r.doc()}
+                   "fix": str(r.fix_class), "doc": r.doc()}
             for code, r in all_rules().items()
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(str(path), json.dumps(data, sort_keys=True).encode("utf-8"))
-    except OSError:
-        pass
+        store.save(namespace, "rules", data)
+    finally:
+        store.close()
 
 
 def severity_of(code: str):

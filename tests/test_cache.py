@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import json
@@ -127,21 +128,87 @@ def test_files_with_errors_are_not_cached(proj, analysed):
     assert r.exit_code == 2 and "bad.py" in r.stderr
 
 
-def test_a_corrupt_cache_is_ignored(proj, analysed):
+def test_a_corrupt_cache_is_ignored_and_replaced(proj, analysed):
     run("check", "-j1")
-    for f in (proj / ".perflint_cache").rglob("*.json"):
-        f.write_text("{not json")
+    db = proj / ".perflint_cache" / "cache.sqlite3"
+    assert db.is_file()
+    db.write_bytes(b"not a database, damaged" * 100)
     analysed.clear()
     r = run("check", "-j1", "--output-format", "concise")
     assert sorted(analysed) == ["a.py", "b.py", "c.py"]
     assert "a.py:3:10: PF402" in r.stdout
+    analysed.clear()
+    run("check", "-j1")  # the damaged file was replaced by a working cache
+    assert analysed == []
+
+
+def test_a_damaged_entry_is_a_miss(proj, analysed):
+    import sqlite3
+
+    run("check", "-j1")
+    with sqlite3.connect(proj / ".perflint_cache" / "cache.sqlite3") as db:
+        db.execute("UPDATE entries SET value = '{not json' WHERE ns LIKE 'results/%' AND key LIKE '%a.py'")
+    analysed.clear()
+    run("check", "-j1")
+    assert analysed == ["a.py"]
+
+
+def test_one_database_holds_results_summaries_imports_and_the_rule_snapshot(proj):
+    import sqlite3
+
+    run("check", "-j1")
+    files = sorted(p.name for p in (proj / ".perflint_cache").iterdir())
+    assert files == [".gitignore", "CACHEDIR.TAG", "cache.sqlite3"]
+    with sqlite3.connect(proj / ".perflint_cache" / "cache.sqlite3") as db:
+        kinds = {k for (k,) in db.execute("SELECT kind FROM spaces")}
+    assert {"results", "rules"} <= kinds
+
+
+def test_stale_namespaces_and_entries_are_evicted(tmp_path, monkeypatch):
+    import perflint.store as store
+
+    clock = [1_000_000_000]
+    monkeypatch.setattr(store.time, "time", lambda: clock[0])
+    s = store.Store(tmp_path / "c")
+    for n in range(store.KEEP_NAMESPACES + 3):  # one new build a day
+        clock[0] += 86400
+        assert s.save(f"results/{n}", "results", {"a.py": {"n": n}})
+    s.save("summaries/x", "summaries", {"sha": {"kept": True}})
+    kept = [n for n in range(store.KEEP_NAMESPACES + 3) if s.load(f"results/{n}")]
+    assert kept == list(range(3, store.KEEP_NAMESPACES + 3))  # the most recently used builds
+    assert s.load("summaries/x") == {"sha": {"kept": True}}  # other kinds are counted apart
+    # An entry used within the period survives; one unused for KEEP_DAYS is deleted.
+    last = f"results/{store.KEEP_NAMESPACES + 2}"
+    s.save(last, "results", {"b.py": {"n": 1}})
+    clock[0] += (store.KEEP_DAYS - 1) * 86400
+    s.save(last, "results", {}, used={"b.py"})
+    clock[0] += 2 * 86400
+    s.save(last, "results", {"c.py": {"n": 2}})
+    assert set(s.load(last)) == {"b.py", "c.py"}
+    assert s.load("summaries/x") == {}
+
+
+def test_a_read_only_cache_folder_costs_only_the_cache(tmp_path):
+    import perflint.store as store
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        s = store.Store(folder / "cache")
+        if os.access(folder, os.W_OK):
+            pytest.skip("running as a user who can write anywhere")
+        assert s.save("results/x", "results", {"a": 1}) is False
+        assert s.load("results/x") == {}
+    finally:
+        folder.chmod(0o700)
 
 
 def test_cache_dir_from_the_environment(proj, tmp_path_factory):
     elsewhere = tmp_path_factory.mktemp("cache")
     run("check", "-j1", env={"PERFLINT_CACHE_DIR": str(elsewhere)})
     assert not (proj / ".perflint_cache").exists()
-    assert list(elsewhere.rglob("*.json"))
+    assert (elsewhere / "cache.sqlite3").is_file()
 
 
 def test_fix_skips_files_the_cache_knows_are_clean_and_check_after_fix_hits(proj, analysed):
