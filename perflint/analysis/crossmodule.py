@@ -14,7 +14,7 @@ from functools import cached_property
 import libcst as cst
 
 from perflint.analysis.syntax import NOT_LITERAL, call_name, literal_value
-from perflint.analysis.vocab import _OPTION_ROOTS
+from perflint.analysis.vocab import MODEL_FACTORIES, _OPTION_ROOTS
 from perflint.names import dotted
 
 
@@ -55,6 +55,48 @@ class CrossModuleMixin:
             return self.instance_class(bindings[0].node, depth + 1)
         return None
 
+    def factory_choices(self, func: cst.BaseExpression) -> list | None:
+        """What a model chosen by name is picked from, when `func(...)` builds one:
+        `torchvision.models.__dict__[arch]` and `getattr(torchvision.models, name)` give
+        ["torchvision.models.by_name"] (any classifier of that module); `ARCHS[name]` or
+        `ARCHS.get(name)` on a dict bound once to a literal whose values are all model
+        classes (of this file, the project or torch) gives those values as expressions.
+        None otherwise."""
+        if isinstance(func, cst.Subscript):
+            q = self.qualname(func.value) or ""
+            if q.endswith(".__dict__") and q.startswith(("torchvision.models", "timm.models")):
+                return [q[: -len(".__dict__")] + ".by_name"]
+            return self._model_dict_values(func.value)
+        if isinstance(func, cst.Call):
+            if isinstance(func.func, cst.Name) and func.func.value == "getattr" and not self.lookup("getattr", func) \
+                    and len(func.args) >= 2:
+                q = self.qualname(func.args[0].value) or ""
+                if q.startswith(("torchvision.models", "timm.models")) and "." not in q[len("torchvision.models"):].strip("."):
+                    return [q + ".by_name"]
+                return None
+            if isinstance(func.func, cst.Attribute) and func.func.attr.value == "get" and func.args:
+                return self._model_dict_values(func.func.value)
+        return None
+
+    def _model_dict_values(self, node: cst.BaseExpression) -> list | None:
+        if not isinstance(node, cst.Name):
+            return None
+        bs = self.lookup(node.value, node)
+        if len(bs) != 1 or bs[0].how != "expr" or not isinstance(bs[0].node, cst.Dict) or not bs[0].node.elements:
+            return None
+        values = []
+        for el in bs[0].node.elements:
+            if not isinstance(el, cst.DictElement) or not isinstance(el.value, (cst.Name, cst.Attribute)):
+                return None
+            v = el.value
+            q = self.qualname(v) or ""
+            local = isinstance(v, cst.Name) and v.value in self.module_classes and v.value not in self.loss_classes
+            lib = bool(MODEL_FACTORIES.match(q)) or (q.startswith("torch.nn.") and q.rsplit(".", 1)[-1][:1].isupper())
+            if not (local or lib or "model" in self.project_class_kinds(v)):
+                return None
+            values.append(v)
+        return values
+
     def project_call_kinds(self, call: cst.Call) -> set[str]:
         if self.project is None:
             return set()
@@ -89,19 +131,79 @@ class CrossModuleMixin:
             cls = self._local_base_class(cls)
         return None
 
-    def project_param_kinds(self, param: cst.Param, fn: cst.FunctionDef) -> set[str]:
-        """Kinds every call site in the project passes for `param` (empty unless they agree)."""
-        if self.project is None:
-            return set()
+    def _param_position(self, param: cst.Param, fn: cst.FunctionDef) -> tuple[str, int] | None:
+        """(symbol, positional index) of a parameter of a top-level function (index 10000
+        for a keyword-only one); None for methods and nested functions."""
         from perflint.analysis.summary import _symbol_of
 
         symbol = _symbol_of(self, fn)
         if symbol is None or "." in symbol:
-            return set()  # methods: their call sites are not resolved
+            return None  # methods: their call sites are not resolved
         params = fn.params
         positional = [*params.posonly_params, *params.params]
-        index = next((i for i, p in enumerate(positional) if p is param), 10_000)
-        return set(self.project.param_kinds(symbol, index, param.name.value))
+        return symbol, next((i for i, p in enumerate(positional) if p is param), 10_000)
+
+    def project_param_kinds(self, param: cst.Param, fn: cst.FunctionDef) -> set[str]:
+        """Kinds every call site in the project passes for `param` (empty unless they agree)."""
+        if self.project is None:
+            return set()
+        pos = self._param_position(param, fn)
+        if pos is None:
+            return set()
+        return set(self.project.param_kinds(pos[0], pos[1], param.name.value))
+
+    def project_param_device(self, param: cst.CSTNode, fn: cst.CSTNode | None) -> set[str]:
+        """Device kinds the call sites in the project pass for a device parameter (or for a
+        model parameter: where the model was moved): empty when nothing is known,
+        "device_unknown" among them when a caller passes something else or is unknown."""
+        if self.project is None or not isinstance(param, cst.Param) or not isinstance(fn, cst.FunctionDef):
+            return set()
+        pos = self._param_position(param, fn)
+        if pos is None:
+            return set()
+        return set(self.project.param_device(pos[0], pos[1], param.name.value))
+
+    def project_kwargs(self, fn: cst.FunctionDef, at: cst.CSTNode) -> dict | None:
+        """The `**kwargs` of a top-level function as every call site in the project fills it
+        (see `ProjectIndex.kwargs_of`), as expressions: a literal, an option (`args.workers`,
+        with the default its caller knows), `__perflint_unknown__` for a value not known, and
+        a key some callers leave out as either.  None when a caller is unknown."""
+        if self.project is None or fn.params.star_kwarg is None:
+            return None
+        from perflint.analysis.summary import _symbol_of
+
+        symbol = _symbol_of(self, fn)
+        if symbol is None or "." in symbol:
+            return None
+        got = self.project.kwargs_of(symbol)
+        if got is None:
+            return None
+        out: dict = {}
+        for key, state in got.items():
+            node = self._kwarg_node(state[1] if state[0] == "some" else state, at)
+            if state[0] == "some":
+                node = cst.IfExp(test=cst.Name("__perflint_unknown__"), body=node,
+                                 orelse=cst.Name("__perflint_missing__"))
+                self.parents[node] = at
+            out[key] = node
+        return out
+
+    def _kwarg_node(self, state: list, at: cst.CSTNode) -> cst.BaseExpression:
+        node: cst.BaseExpression
+        if state[0] == "v":
+            node = cst.parse_expression(repr(state[1]))
+        elif state[0] == "o":
+            node = cst.parse_expression(state[1])
+            self._passed_options[node] = (len(state) > 2, state[2] if len(state) > 2 else None)
+        else:
+            node = cst.Name("__perflint_unknown__")
+        self.parents[node] = at
+        return node
+
+    @cached_property
+    def _passed_options(self) -> dict:
+        """Option expressions a caller passes through `**kwargs` → (found, its default there)."""
+        return {}
 
     def project_step_caller(self, fn: cst.FunctionDef) -> tuple[str, int, str] | None:
         """(file, line, loop kind) when `fn` runs once per step of a loop in another file."""
@@ -116,10 +218,24 @@ class CrossModuleMixin:
 
     @cached_property
     def project_layer_apis(self) -> frozenset[str]:
-        """torch layer APIs built by the project classes and functions this file calls."""
-        if self.project is None:
-            return frozenset()
+        """torch layer APIs built by the project classes and functions this file calls, and
+        by the models it picks by name (`ARCHS[name](...)`, `models.__dict__[arch](...)`)."""
         out: set[str] = set()
+        for call in self.index[cst.Call]:
+            if isinstance(call.func, (cst.Subscript, cst.Call)):
+                for v in self.factory_choices(call.func) or ():
+                    if isinstance(v, str):
+                        out.add(v)
+                        continue
+                    q = self.qualname(v)
+                    if q is not None and self.project_ref(v) is None:
+                        out.add(q)  # a library model (`torchvision.models.resnet50`)
+                    elif self.project is not None:
+                        ref = self.project_ref(v)
+                        if ref is not None and not ref.startswith("#"):
+                            out |= self.project.layer_apis(ref)
+        if self.project is None:
+            return frozenset(out)
         for call in self.index[cst.Call]:
             ref = self.project_ref(call.func)
             if ref is None or ref.startswith("#"):
@@ -149,6 +265,9 @@ class CrossModuleMixin:
         """(True, value) when `node` is an option such as `args.workers`, `cfg.num_workers`
         or `self.args.workers` whose default is known (argparse, a dataclass field, a config
         literal: this file's first, else the project's); else (False, None)."""
+        passed = self._passed_options.get(node) if self._passed_options else None
+        if passed is not None:
+            return passed  # passed by the callers through `**kwargs`: the default they know
         if isinstance(node, cst.Name) and self.project is not None and not self.lookup(node.value, node):
             ref = self.project_ref(node)  # `num_workers=NUM_WORKERS` imported from a project module
             if ref is not None and not ref.startswith("#"):
@@ -224,18 +343,26 @@ class CrossModuleMixin:
     def _dict_name(self, node: cst.Name, at: cst.CSTNode, depth: int) -> dict | None:
         scope = self.scope_of(node)
         bindings = self.bindings.get(scope, {}).get(node.value, [])
-        if len(bindings) != 1 or bindings[0].how != "expr" or bindings[0].site is None:
+        star = scope.params.star_kwarg if isinstance(scope, cst.FunctionDef) else None
+        if not bindings and star is not None and star.name.value == node.value:
+            # `def make_loader(root, bs, **kw): return DataLoader(..., **kw)`: what the
+            # callers pass.
+            base = self.project_kwargs(scope, at)
+            site: cst.CSTNode = scope.params
+        elif len(bindings) != 1 or bindings[0].how != "expr" or bindings[0].site is None:
             return None
-        base = self._dict_value(bindings[0].node, bindings[0].site, depth + 1)
+        else:
+            site = bindings[0].site
+            base = self._dict_value(bindings[0].node, site, depth + 1)
         if base is None:
             return None
         out = dict(base)
-        site_order = self.order.get(bindings[0].site, 0)
+        site_order = self.order.get(site, 0)
         at_order = self.order.get(at, 0)
         for use in self.later_uses(node.value, scope, site_order):
             if self.order.get(use, 0) >= at_order:
                 break
-            if self.is_inside(use, bindings[0].site):
+            if self.is_inside(use, site):
                 continue  # the binding's own target
             parent = self.parent(use)
             if isinstance(parent, cst.Attribute) and parent.value is use:
@@ -246,7 +373,7 @@ class CrossModuleMixin:
                     inner = self._dict_value(call.args[0].value, call, depth + 1)
                     if inner is None:
                         return None
-                    if self._maybe_skipped(call, bindings[0].site):
+                    if self._maybe_skipped(call, site):
                         # `if use_cuda: kw.update(cuda_kwargs)`: either may hold
                         for k, v in inner.items():
                             out[k] = cst.IfExp(test=cst.Name("__perflint_unknown__"), body=v,

@@ -36,6 +36,29 @@ class DevicesMixin:
 
     @cached_property
     def is_cuda_code(self) -> bool:
+        """CUDA code: the file itself says so (`own_cuda_code`), or its functions run only in
+        CUDA programs — every caller in the project hands one of them a CUDA device or a
+        model moved to CUDA, or a loader factory's callers are all CUDA code."""
+        if self.own_cuda_code:
+            return True
+        if self.project is None:
+            return False
+        if self.project.receives_cuda():
+            return True
+        # A subclass of a project class whose `self.device` is CUDA runs there too.
+        for cls in self.index[cst.ClassDef]:
+            for base in cls.bases:
+                ref = self.project_ref(base.value)
+                if ref is not None and not ref.startswith("#"):
+                    got = self.project.attr_kinds(ref, "device")
+                    if got is not None and "device_cuda" in got:
+                        return True
+        return False
+
+    @cached_property
+    def own_cuda_code(self) -> bool:
+        """The file calls `.cuda()`, names a "cuda" device, uses `torch.cuda` or
+        `torch.accelerator`, or builds `torch.device(<option>)` whose default is "cuda"."""
         for call in self.index[cst.Call]:
             if isinstance(call.func, cst.Attribute) and call.func.attr.value == "cuda":
                 return True
@@ -145,7 +168,9 @@ def _device_kinds_of(facts: Facts, node: cst.CSTNode, depth: int = 0) -> set[str
             if b.how == "expr":
                 out |= _device_kinds_of(facts, b.node, depth + 1)
             elif b.how == "param":
-                out |= {"device_unknown"}
+                # What every caller in the project passes (unknown when any caller is).
+                got = facts.project_param_device(b.node, b.site)
+                out |= got or {"device_unknown"}
             else:
                 out.add("device_unknown")
         return out

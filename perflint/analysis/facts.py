@@ -94,6 +94,8 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, DevicesMixin, FileWideMixin, L
             for item in node.items:
                 if item.asname is not None:
                     self._bind_target(item.asname.name, Binding("with", item.item, site=node))
+        if self.imports.stars:
+            self._star_library_names()
         # Module-level re-bindings of imported names: `Loader = DataLoader`.
         for stmt in self.module.body:
             if isinstance(stmt, cst.SimpleStatementLine):
@@ -106,3 +108,23 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, DevicesMixin, FileWideMixin, L
                     ):
                         self.imports.add_alias(small.targets[0].target.value, small.value)
 
+    def _star_library_names(self) -> None:
+        """`from .common import *` where common.py imports torch: `torch` here is torch.  The
+        project says what each star-imported module binds; without it (a module summarised
+        on its own, a module outside the project) the conventional names (`torch`, `nn`,
+        `F`, `np`, `optim`, `DataLoader`, `Dataset`) that the file uses but never binds are
+        taken for what they conventionally are."""
+        found = dict(self.project.star_aliases()) if self.project is not None else {}
+        for local, full in _CONVENTIONAL.items():
+            found.setdefault(local, full)
+        bound = {name for names in self.bindings.values() for name in names} | set(self.functions_by_name) \
+            | set(self.classes_by_name)
+        for local, full in found.items():
+            if local not in self.imports.aliases and local not in self.imports.relative and local not in bound:
+                self.imports.aliases[local] = full
+
+
+_CONVENTIONAL = {
+    "torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional", "np": "numpy", "optim": "torch.optim",
+    "DataLoader": "torch.utils.data.DataLoader", "Dataset": "torch.utils.data.Dataset",
+}

@@ -322,6 +322,8 @@ class KindsMixin:
                 return {"tensor", "output"}
             if attr in ("module", "_orig_mod") and ("model" in base or "~model" in base):
                 return {"model"}
+            if attr == "forward" and base & {"model", "~model"}:
+                return set(base & {"model", "~model"})  # `m.forward(x)` calls the model as `m(x)` does
             if "batch" in base:
                 return {"batch"}
             if attr in ("grad", "data") and ("parameter" in base or "tensor" in base):
@@ -388,6 +390,8 @@ class KindsMixin:
     def _call_kinds(self, node: cst.Call) -> set[str]:
         q = self.qualname(node.func)
         name = call_name(node)
+        if isinstance(node.func, (cst.Subscript, cst.Call)) and self.factory_choices(node.func):
+            return {"model"}  # a model picked by name: `ARCHS[args.arch](...)`, `models.__dict__[arch]()`
         if q is not None:
             if q == DATALOADER:
                 return {"dataloader"}
@@ -512,5 +516,46 @@ class KindsMixin:
                 return {"parameters"}
             if name in ("forward",) and ("model" in rk or "~model" in rk):
                 return {"tensor", "output"}
+            return self._method_call_kinds(node.func)
         return set()
+
+    def _method_call_kinds(self, func: cst.Attribute) -> set[str]:
+        """`self.make_optimizer()` (a method of this class, or one it inherits from a project
+        class) and `corpus.loader(32)` on a parameter every caller passes an instance of one
+        project class for: what the method returns."""
+        recv, method = func.value, func.attr.value
+        if not isinstance(recv, cst.Name):
+            return set()
+        _METHOD_KINDS = {"dataloader", "model", "optimizer", "scaler", "criterion", "loss", "tensor", "dataset"}
+        if recv.value == "self":
+            cls = self.enclosing_class(func)
+            seen = 0
+            while cls is not None and seen < 5:
+                seen += 1
+                fns = [f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == method] \
+                    if isinstance(cls.body, cst.IndentedBlock) else []
+                if fns:
+                    out: set[str] = set()
+                    for ret in self.nodes_within(fns[0], cst.Return):
+                        if ret.value is not None and self.enclosing_function(ret) is fns[0]:
+                            out |= set(self.kinds(ret.value)) & _METHOD_KINDS
+                    return out
+                if self.project is not None:
+                    for base in cls.bases:
+                        ref = self.project_ref(base.value)
+                        if ref is not None and not ref.startswith("#"):
+                            got = self.project.inherited_method_kinds(ref, method)
+                            if got:
+                                return set(got) & _METHOD_KINDS
+                cls = self._local_base_class(cls)
+            return set()
+        if self.project is None:
+            return set()
+        bs = self.lookup(recv.value, recv)
+        if len(bs) != 1 or bs[0].how != "param" or not isinstance(bs[0].site, cst.FunctionDef):
+            return set()
+        pos = self._param_position(bs[0].node, bs[0].site)  # type: ignore[arg-type]
+        if pos is None:
+            return set()
+        return set(self.project.param_method_kinds(pos[0], pos[1], recv.value, method)) & _METHOD_KINDS
 

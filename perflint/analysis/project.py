@@ -131,6 +131,7 @@ class ProjectIndex:
         self._memo: dict = {}
         self._incoming: dict[tuple[str, str], list] | None = None
         self._calls_to: dict[tuple[str, str], list] | None = None
+        self._escaped: set[tuple[str, str]] = set()
 
     # -- module resolution -------------------------------------------------------------
     def _module_file(self, base: str, dotted: str) -> str | None:
@@ -352,6 +353,13 @@ class ProjectIndex:
             incoming[where] = [host]
         self._incoming = incoming
         self._calls_to = calls_to
+        escaped: set[tuple[str, str]] = set()
+        for path in sorted(self.summaries):
+            for ref in self.summaries[path].get("refs", ()):
+                where = self.resolve(path, ref)
+                if where is not None and where[1]:
+                    escaped.add(where)
+        self._escaped = escaped
 
     def step_caller(self, where: tuple[str, str]) -> tuple | None:
         """(caller file, line, "train"/"eval", the caller may use an accelerator, the caller
@@ -430,49 +438,289 @@ class ProjectIndex:
             return None  # nothing around: the file's own analysis decides
         return {"settings": sorted(found), "imported": bool(importers)}
 
-    def param_kinds(self, where: tuple[str, str], index: int, name: str) -> frozenset[str]:
-        """Kinds every known call site of `where` passes for a parameter (empty unless all agree)."""
+    def star_aliases(self, path: str, depth: int = 0) -> dict[str, str]:
+        """Library names (`torch`, `nn`, `np` …) that `path`'s star imports of project modules
+        bind: each module's top-level library imports, as its `__all__` lets them through,
+        and what its own star imports bind in turn."""
+        key = ("stars", path)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = {}
+        out: dict[str, str] = {}
+        for star in (self.summaries.get(path) or {}).get("stars", ()):
+            target = self._module_ref(path, star)
+            if target is None or target == path or depth > MAX_DEPTH:
+                continue
+            summary = self.summaries.get(target) or {}
+            names = dict(self.star_aliases(target, depth + 1))
+            names.update(summary.get("libs", {}))
+            exported = summary.get("all")
+            for k, v in names.items():
+                if (exported is None or k in exported) and not k.startswith("_"):
+                    out.setdefault(k, v)
+        self._memo[key] = out
+        return out
+
+    # -- what flows into a function from its callers ---------------------------------------
+    def _sites(self, where: tuple[str, str]) -> list | None:
+        """Every call site of a top-level function, or None when some caller is unknown: the
+        function is never called in the project (a public API, a script's entry point), is
+        named other than by a call (`fn=train_step`, `map(step, ...)`: called from where
+        it is handed to), or a call passes `*args` or a `**kwargs` that is not a known dict."""
         if self._calls_to is None:
             self._index_calls()
-        sites = self._calls_to.get(where) or []  # type: ignore[union-attr]
+        if where in self._escaped or "." in where[1]:
+            return None
+        sites = self._calls_to.get(where)  # type: ignore[union-attr]
+        if not sites or any(c.get("splat") for _, c in sites):
+            return None
+        return sites
+
+    @staticmethod
+    def _key(c: dict, index: int, name: str) -> str | None:
+        """Where a call site passes a parameter: its keyword, its position, or None."""
+        if name in c.get("kw", {}):
+            return name
+        if index < len(c.get("args", ())):
+            return str(index)
+        return None
+
+    def _host_param(self, caller: str, c: dict, pname: str) -> tuple[tuple[str, str], int] | None:
+        """The function a call sits in and the position of its parameter `pname`, for an
+        argument that forwards that parameter (`step_loss(model, batch, device)` inside
+        `train_one_epoch(model, loader, optimizer, device)`)."""
+        host = c.get("in")
+        if not host or "." in host:
+            return None
+        fn = (self.summaries.get(caller) or {}).get("functions", {}).get(host)
+        if fn is None:
+            return None
+        pos = fn.get("sig", {}).get("pos", [])
+        return (caller, host), (pos.index(pname) if pname in pos else 10_000)
+
+    def param_kinds(self, where: tuple[str, str], index: int, name: str, depth: int = 0) -> frozenset[str]:
+        """Kinds every known call site of `where` passes for a parameter (empty unless all
+        agree, or when a caller is unknown); an argument that is the caller's own parameter
+        takes what that one receives."""
+        key = ("pk", where, index, name)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = frozenset()
+        sites = self._sites(where)
         agreed: set[str] | None = None
-        for caller, c in sites:
-            if c.get("splat"):
-                return frozenset()
-            ks = None
-            key = None
-            if name in c.get("kw", {}):
-                ks, key = set(c["kw"][name]), name
-            elif index < len(c.get("args", ())):
-                ks, key = set(c["args"][index]), str(index)
-            if ks is None:
-                return frozenset()
-            via = c.get("via", {}).get(key)
+        for caller, c in sites or ():
+            k = self._key(c, index, name)
+            if k is None:
+                agreed = set()
+                break
+            ks = set(c["kw"][k]) if k == name else set(c["args"][index])
+            via = c.get("via", {}).get(k)
             if not ks and via is not None:
                 ks = set(self._via_kinds(caller, via))
+            fwd = c.get("fwd", {}).get(k)
+            if not ks and fwd is not None and depth < MAX_DEPTH:
+                hp = self._host_param(caller, c, fwd)
+                if hp is not None:
+                    ks = set(self.param_kinds(hp[0], hp[1], fwd, depth + 1))
             agreed = ks if agreed is None else agreed & ks
-        return frozenset((agreed or set()) & PARAM_KINDS)
+            if not agreed:
+                break
+        got = frozenset((agreed or set()) & PARAM_KINDS)
+        self._memo[key] = got
+        return got
 
-    def param_layer_apis(self, where: tuple[str, str], index: int, name: str) -> frozenset[str]:
+    def _param_device(self, where: tuple[str, str], index: int, name: str, depth: int = 0) -> tuple[frozenset, bool]:
+        """(device kinds the call sites pass, whether every one of them passes CUDA among
+        its possibilities); see `param_device`."""
+        key = ("pd", where, index, name)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = (frozenset(), False)
+        sites = self._sites(where)
+        if sites is None:
+            return self._memo[key]
+        per_site: list[frozenset] = []
+        all_cuda = True
+        for caller, c in sites:
+            k = self._key(c, index, name)
+            d = c.get("dev", {}).get(k) if k is not None else None
+            fwd = c.get("fwd", {}).get(k) if k is not None else None
+            if d:
+                ks, cuda = frozenset(d), "device_cuda" in d
+            elif fwd is not None and depth < MAX_DEPTH and self._host_param(caller, c, fwd) is not None:
+                hp = self._host_param(caller, c, fwd)
+                ks, cuda = self._param_device(hp[0], hp[1], fwd, depth + 1)  # type: ignore[index]
+                ks = ks or frozenset({"device_unknown"})
+            else:
+                ks, cuda = frozenset({"device_unknown"}), False
+            if (self.summaries.get(caller) or {}).get("framework"):
+                # Accelerate/Lightning place batches (prepared loaders yield them on the
+                # device) and set precision for the callee: no device fact, no CUDA claim.
+                ks, cuda = frozenset({"device_unknown"}), False
+            per_site.append(ks)
+            all_cuda = all_cuda and cuda
+        union: set[str] = set().union(*per_site)
+        if len({("device_cuda" in ks) for ks in per_site}) > 1:
+            union.add("device_unknown")  # CUDA from some callers, not from others: no fact
+        got = (frozenset(union), all_cuda)
+        self._memo[key] = got
+        return got
+
+    def param_device(self, where: tuple[str, str], index: int, name: str) -> frozenset[str]:
+        """Device kinds a parameter receives: of the device argument, or of the device a model
+        argument was moved to, at every call site (following arguments that forward the
+        caller's own parameter); "device_unknown" among them when a site passes something
+        unknown or the sites disagree on CUDA; empty when nothing is known."""
+        got = self._param_device(where, index, name)[0]
+        return frozenset() if got <= {"device_unknown"} else got
+
+    def receives_cuda(self, path: str) -> bool:
+        """Whether the functions of `path` run only in CUDA programs: a parameter gets CUDA
+        (a device, a model moved there) from every caller, or a function returning a
+        DataLoader is called only from CUDA code."""
+        key = ("rc", path)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = False
+        found = False
+        for name, fn in ((self.summaries.get(path) or {}).get("functions") or {}).items():
+            where = (path, name)
+            sites = self._sites(where)
+            if sites is None:
+                continue
+            pos = fn.get("sig", {}).get("pos", [])
+            for i, p in enumerate([*pos, *fn.get("sig", {}).get("kwonly", [])]):
+                if self._param_device(where, i if i < len(pos) else 10_000, p)[1]:
+                    found = True
+                    break
+            if not found and "dataloader" in self.result_kinds(where) \
+                    and all((self.summaries.get(caller) or {}).get("cuda")
+                            and not (self.summaries.get(caller) or {}).get("framework") for caller, _ in sites):
+                found = True
+            if found:
+                break
+        self._memo[key] = found
+        return found
+
+    def kwargs_of(self, where: tuple[str, str]) -> dict | None:
+        """What a function's `**kwargs` holds, over every call site: keyword → ["v", literal]
+        when every site passes that literal, ["o", "args.workers", default] when every site
+        passes that option with the same known default (["o", text] when the default is not
+        known), ["?"] otherwise; ["some", state] for a keyword some sites leave out.  None when
+        a caller is unknown (see `_sites`)."""
+        key = ("kwargs", where)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = None
+        got = self.entry(where)
+        sites = self._sites(where)
+        if got is None or got[0] != "function" or sites is None:
+            return None
+        sig = got[1].get("sig", {})
+        named = set(sig.get("pos", ())) | set(sig.get("kwonly", ()))
+        per_site: list[dict] = []
+        for caller, c in sites:
+            vals = {}
+            for k in c.get("kw", {}):
+                if k in named:
+                    continue
+                v = c.get("kwv", {}).get(k)
+                if v is not None and v[0] == "o" and len(v) == 2:
+                    name = v[1].rsplit(".", 1)[-1]
+                    try:
+                        v = ["o", v[1], self.option_default(caller, name)]
+                    except KeyError:
+                        pass
+                vals[k] = list(v) if v is not None else ["?"]
+            per_site.append(vals)
+        out: dict = {}
+        for k in sorted(set().union(*per_site)):
+            states = [vals.get(k) for vals in per_site]
+            present = [st for st in states if st is not None]
+            state = present[0] if all(st == present[0] for st in present) else ["?"]
+            out[k] = state if len(present) == len(states) else ["some", state]
+        self._memo[key] = out
+        return out
+
+    def param_class(self, where: tuple[str, str], index: int, name: str, depth: int = 0) -> tuple[str, str] | None:
+        """The project class (file, name) whose instance every call site passes for a
+        parameter (`train(model, Corpus(path), ...)`); None unless all agree."""
+        key = ("pc", where, index, name)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = None
+        found: set = set()
+        for caller, c in self._sites(where) or [(None, None)]:
+            if c is None:
+                return None
+            k = self._key(c, index, name)
+            ref = c.get("cls", {}).get(k) if k is not None else None
+            fwd = c.get("fwd", {}).get(k) if k is not None else None
+            if ref is not None:
+                w = self.resolve(caller, ref)
+            elif fwd is not None and depth < MAX_DEPTH and self._host_param(caller, c, fwd) is not None:
+                hp = self._host_param(caller, c, fwd)
+                w = self.param_class(hp[0], hp[1], fwd, depth + 1)  # type: ignore[index]
+            else:
+                return None
+            if w is None or not w[1] or "." in w[1] or self.entry(w) is None or self.entry(w)[0] != "class":
+                return None
+            found.add(tuple(w))
+        got = found.pop() if len(found) == 1 else None
+        self._memo[key] = got
+        return got
+
+    def method_kinds(self, cls: tuple[str, str], method: str, depth: int = 0) -> frozenset[str]:
+        """The kinds a method of a project class returns, the method looked up in the class
+        and then in its project base classes."""
+        got = self.entry((cls[0], f"{cls[1]}.{method}"))
+        if got is not None:
+            return self.result_kinds((cls[0], f"{cls[1]}.{method}"))
+        entry = self.entry(cls)
+        if entry is None or entry[0] != "class" or depth > MAX_DEPTH:
+            return frozenset()
+        for base in entry[1].get("bases", ()):
+            w = self.resolve(cls[0], base)
+            if w is not None and w[1] and "." not in w[1]:
+                found = self.method_kinds(w, method, depth + 1)
+                if found:
+                    return found
+        return frozenset()
+
+    def param_layer_apis(self, where: tuple[str, str], index: int, name: str, depth: int = 0) -> frozenset[str]:
         """torch layer APIs of the model every known call site of `where` passes for a
         parameter, when each site passes a name bound to a project class or factory
-        (`model = TabularNet(...)`; `fit(model, ...)`); empty when any site is unknown."""
-        if self._calls_to is None:
-            self._index_calls()
-        sites = self._calls_to.get(where) or []  # type: ignore[union-attr]
+        (`model = TabularNet(...)`; `fit(model, ...)`), or its own parameter that receives
+        one; empty when any site is unknown."""
+        key = ("pla", where, index, name)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = frozenset()
+        sites = self._sites(where) or []
         out: set[str] = set()
         for caller, c in sites:
-            if c.get("splat"):
-                return frozenset()
-            key = name if name in c.get("kw", {}) else str(index) if index < len(c.get("args", ())) else None
-            via = c.get("via", {}).get(key) if key is not None else None
+            k = self._key(c, index, name)
+            via = c.get("via", {}).get(k) if k is not None else None
+            fwd = c.get("fwd", {}).get(k) if k is not None else None
+            if via is None and fwd is not None and depth < MAX_DEPTH:
+                hp = self._host_param(caller, c, fwd)
+                got = self.param_layer_apis(hp[0], hp[1], fwd, depth + 1) if hp is not None else frozenset()
+                if not got:
+                    out = set()
+                    break
+                out |= got
+                continue
             if via is None or via[1]:
-                return frozenset()
+                out = set()
+                break
             w = self.resolve(caller, via[0])
             if w is None or not w[1]:
-                return frozenset()
+                out = set()
+                break
             out |= self.layer_apis(w)
-        return frozenset(out)
+        res = frozenset(out)
+        self._memo[key] = res
+        return res
 
     def _via_kinds(self, caller: str, via: list) -> frozenset[str]:
         """Kinds of an argument bound to a call of a project function: its result kinds; an
@@ -592,6 +840,37 @@ class ProjectView:
                         lambda: sorted(self.index.param_layer_apis((self.path, symbol), index, name)))  # type: ignore[union-attr]
         return frozenset(got or ())
 
+    def param_device(self, symbol: str, index: int, name: str) -> frozenset[str]:
+        got = self._ask(("pdev", symbol, index, name),
+                        lambda: sorted(self.index.param_device((self.path, symbol), index, name)))  # type: ignore[union-attr]
+        return frozenset(got or ())
+
+    def param_method_kinds(self, symbol: str, index: int, name: str, method: str) -> frozenset[str]:
+        """Kinds `param.method(...)` returns when every caller passes an instance of one
+        project class."""
+        def compute():
+            cls = self.index.param_class((self.path, symbol), index, name)  # type: ignore[union-attr]
+            return sorted(self.index.method_kinds(cls, method)) if cls is not None else []  # type: ignore[union-attr]
+        return frozenset(self._ask(("pmeth", symbol, index, name, method), compute) or ())
+
+    def inherited_method_kinds(self, class_ref: str, method: str) -> frozenset[str]:
+        """Kinds a method returns that a class of this file inherits from a project class."""
+        def compute():
+            w = self.index.resolve(self.path, class_ref)  # type: ignore[union-attr]
+            if w is None or not w[1] or "." in w[1]:
+                return []
+            return sorted(self.index.method_kinds(w, method))  # type: ignore[union-attr]
+        return frozenset(self._ask(("imeth", class_ref, method), compute) or ())
+
+    def star_aliases(self) -> dict[str, str]:
+        return self._ask(("stars",), lambda: self.index.star_aliases(self.path) or None) or {}  # type: ignore[union-attr]
+
+    def receives_cuda(self) -> bool:
+        return bool(self._ask(("rcuda",), lambda: self.index.receives_cuda(self.path) or None))  # type: ignore[union-attr]
+
+    def kwargs_of(self, symbol: str) -> dict | None:
+        return self._ask(("kwargs", symbol), lambda: self.index.kwargs_of((self.path, symbol)))  # type: ignore[union-attr]
+
     def settings_near(self) -> dict:
         """See `ProjectIndex.settings_near`."""
         got = self._ask(("settings",), lambda: self.index.settings_near(self.path))  # type: ignore[union-attr]
@@ -632,7 +911,9 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "layers": view.layer_apis, "attr": view.attr_kinds, "step": view.step_caller,
                   "param": view.param_kinds, "default": view.option_default, "const": view.constant,
                   "playa": view.param_layer_apis, "settings": view.settings_near, "syncs": view.call_syncs,
-                  "trained": view.called_from_training}.get(kind)
+                  "trained": view.called_from_training, "pdev": view.param_device,
+                  "rcuda": view.receives_cuda, "kwargs": view.kwargs_of, "stars": view.star_aliases,
+                  "pmeth": view.param_method_kinds, "imeth": view.inherited_method_kinds}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

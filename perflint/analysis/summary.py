@@ -27,11 +27,12 @@ import re
 import libcst as cst
 
 from perflint.analysis.project import PARAM_KINDS, RESULT_KINDS
+from perflint.analysis.devices import _device_string_kinds
 from perflint.analysis.syntax import NOT_LITERAL, call_name, get_arg, has_splat, literal_value
 from perflint.analysis.vocab import DATALOADER, _OPTION_ROOTS
-from perflint.names import dotted
+from perflint.names import ImportTable, dotted
 
-SUMMARY_VERSION = 4
+SUMMARY_VERSION = 5
 # Import roots that are never the project's own modules.
 LIBRARY_ROOTS = frozenset({
     "torch", "numpy", "np", "scipy", "torchvision", "torchaudio", "transformers", "accelerate", "timm", "os", "sys",
@@ -49,6 +50,7 @@ _API = re.compile(
     r"torchvision\.models\.[\w.]+|timm\.create_model|torch\.hub\.load|transformers\.[\w.]+\.from_pretrained)$"
 )
 _DEVICE_KINDS = {"device_cuda", "device_cpu", "device_other"}
+_FRAMEWORKS = {"accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "colossalai", "composer"}
 _JSON_SCALARS = (int, float, str, bool, type(None))
 
 
@@ -123,6 +125,15 @@ def _body_info(facts, container: cst.CSTNode) -> dict:
         if q is not None and _API.match(q):
             apis.add(q)
             continue
+        if isinstance(call.func, (cst.Subscript, cst.Call)):
+            for v in facts.factory_choices(call.func) or ():  # `ARCHS[name](...)`: every choice
+                ref = None if isinstance(v, str) else reference(facts, v)
+                if ref is not None:
+                    uses.add(ref)
+                    continue
+                vq = v if isinstance(v, str) else facts.qualname(v)
+                if vq is not None:
+                    apis.add(vq)
         ref = reference(facts, call.func)
         if ref is not None:
             uses.add(ref)
@@ -141,26 +152,41 @@ def _function_info(facts, fn: cst.FunctionDef) -> dict:
         returns |= set(facts.kinds(ret.value))
         returns |= _all_loaders(facts, ret.value)
         returns |= facts.device_kinds(ret.value) & _DEVICE_KINDS if _looks_like_device(facts, ret.value) else set()
-        value = ret.value
-        if isinstance(value, cst.Name):
-            bs = facts.lookup(value.value, ret)
-            if len(bs) == 1 and bs[0].how == "expr":
-                value = bs[0].node
-        if isinstance(value, cst.Call):
-            ref = reference(facts, value.func)
-            if ref is not None:
-                ret_calls.add(ref)
-            if facts.qualname(value.func) == DATALOADER:
-                loader_options = _loader_options(facts, value)
+        values = [ret.value]
+        if isinstance(ret.value, cst.Name):
+            bs = facts.lookup(ret.value.value, ret)
+            if bs and all(b.how == "expr" for b in bs):
+                values = [b.node for b in bs]  # `if ...: model = A() elif ...: model = B()`; `return model`
+        for value in values:
+            if isinstance(value, cst.Call):
+                ref = reference(facts, value.func)
+                if ref is not None:
+                    ret_calls.add(ref)
+                if facts.qualname(value.func) == DATALOADER and len(values) == 1:
+                    loader_options = _loader_options(facts, value)
     if facts.is_grad_off_factory(fn):
         returns.add("grad_off_decorator")
-    info = {"returns": _strong(returns, RESULT_KINDS), "ret_calls": sorted(ret_calls)}
+    info = {"returns": _strong(returns, RESULT_KINDS), "ret_calls": sorted(ret_calls), "sig": _signature(fn)}
     if facts.function_syncs(fn):
         info["syncs"] = True  # waits for the GPU each time it runs (`.item()`, `.cpu()`, ...)
     if loader_options is not None:
         info["loader"] = loader_options
     info.update(_body_info(facts, fn))
     return info
+
+
+def _signature(fn: cst.FunctionDef) -> dict:
+    """The parameters a call binds: positional names (with `self` for a method), keyword-only
+    names, whether there is a `*args`, and the name of a `**kwargs`."""
+    p = fn.params
+    sig: dict = {"pos": [x.name.value for x in (*p.posonly_params, *p.params)]}
+    if p.kwonly_params:
+        sig["kwonly"] = [x.name.value for x in p.kwonly_params]
+    if isinstance(p.star_arg, cst.Param):
+        sig["varargs"] = True
+    if p.star_kwarg is not None:
+        sig["varkw"] = p.star_kwarg.name.value
+    return sig
 
 
 def _all_loaders(facts, value: cst.BaseExpression) -> set[str]:
@@ -312,22 +338,206 @@ def _calls(facts, lines) -> list[dict]:
             rec["step"] = ctx.kind
             rec["line"] = lines(call)
         rec["every"] = host is not None and facts.runs_on_every_call(call, host)
-        rec["args"] = [_arg_kinds(facts, a.value) for a in call.args if a.keyword is None and not a.star]
-        rec["kw"] = {a.keyword.value: _arg_kinds(facts, a.value) for a in call.args if a.keyword is not None}
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        splat = any(a.star == "*" for a in call.args)
+        if not splat and has_splat(call):
+            # `f(x, **loader_kw)` with a dict literal (updated only with such dicts): its keys.
+            expanded = facts.call_keywords(call)
+            if expanded is None:
+                splat = True
+            else:
+                keywords = expanded
+        rec["args"] = [_arg_kinds(facts, a.value) for a in positional]
+        rec["kw"] = {k: _arg_kinds(facts, v) for k, v in keywords.items()}
         # Arguments bound to a call of another module's function (`train_loader, val_loader =
         # get_loaders(...)`): their kinds are known only once the project is indexed.
-        via = {}
-        positional = [a for a in call.args if a.keyword is None and not a.star]
-        for key, a in [*enumerate(positional), *((a.keyword.value, a) for a in call.args if a.keyword is not None)]:
-            got = _bound_to_project_call(facts, a.value)
+        via, dev, fwd, kwv, cls = {}, {}, {}, {}, {}
+        for key, value in [*((str(i), a.value) for i, a in enumerate(positional)), *keywords.items()]:
+            got = _bound_to_project_call(facts, value)
             if got is not None:
-                via[str(key)] = got
-        if via:
-            rec["via"] = via
-        if has_splat(call):
+                via[key] = got
+            d = _arg_device(facts, value)
+            if d:
+                dev[key] = d
+            p = _forwarded_param(facts, value, host)
+            if p is not None:
+                fwd[key] = p
+            c = facts.instance_class(value) if isinstance(value, (cst.Name, cst.Call)) else None
+            if c is not None:
+                cls[key] = c  # `train(model, Corpus(path))`: the class of the argument
+        for k, v in keywords.items():
+            got = _keyword_value(facts, v)
+            if got is not None:
+                kwv[k] = got
+        for name, m in (("via", via), ("dev", dev), ("fwd", fwd), ("kwv", kwv), ("cls", cls)):
+            if m:
+                rec[name] = m
+        if splat:
             rec["splat"] = True
         out.append(rec)
     return out
+
+
+# Calls that return the model or tensor they are called on, placed or converted.
+_PLACING = ("to", "cuda", "cpu", "train", "eval", "float", "half", "bfloat16", "double", "type")
+
+
+def _device_of(facts, node: cst.BaseExpression, depth: int = 0) -> set[str]:
+    """Device kinds of an argument that is a device (a device string, `torch.device(...)`, a
+    name or `self.` attribute bound only to those, `"cuda" if ... else "cpu"`); an integer is
+    not taken for a device here (`fit(model, 10)`).  {"device_unknown"} otherwise."""
+    if depth > 6:
+        return {"device_unknown"}
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+        v = literal_value(node)
+        return _device_string_kinds(v) if isinstance(v, str) and _device_string_kinds(v) else {"device_unknown"}
+    if isinstance(node, cst.IfExp):
+        return _device_of(facts, node.body, depth + 1) | _device_of(facts, node.orelse, depth + 1)
+    if isinstance(node, cst.Call):
+        q = facts.qualname(node.func)
+        if q in ("torch.device", "torch.cuda.current_device", "torch.accelerator.current_accelerator"):
+            return set(facts.device_kinds(node))
+        return {"device_unknown"}
+    bindings = []
+    if isinstance(node, cst.Name):
+        bindings = facts.lookup(node.value, node)
+    elif isinstance(node, cst.Attribute):
+        bindings = facts.self_attr_bindings(node)
+        if not bindings:
+            found, default = facts.option_default(node)  # `args.device` defaulting to "cuda"
+            if found and isinstance(default, str) and _device_string_kinds(default):
+                return _device_string_kinds(default) | {"device_unknown"}
+    if not bindings or any(b.how != "expr" for b in bindings):
+        return {"device_unknown"}
+    out: set[str] = set()
+    for b in bindings:
+        out |= _device_of(facts, b.node, depth + 1)
+    return out
+
+
+def _arg_device(facts, value: cst.BaseExpression) -> list[str] | None:
+    """Where an argument is: the device kinds of a device argument, or of the device a model
+    argument was moved to (`Net().to(device)`, `model.cuda()` before the call)."""
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return None
+    ks = _device_of(facts, value)
+    if ks != {"device_unknown"}:
+        return sorted(ks)
+    if "model" in facts.kinds(value):
+        placed = _model_placement(facts, value)
+        if placed:
+            return sorted(placed)
+    return None
+
+
+def _model_placement(facts, value: cst.BaseExpression) -> set[str]:
+    """Device kinds a model argument was moved to: `.cuda()` / `.to(dev)` in the expression
+    that binds the name, or as a statement of its own on the name before the call."""
+    out: set[str] = set()
+
+    def chain(node, depth=0):
+        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and depth < 6:
+            attr = node.func.attr.value
+            if attr == "cuda":
+                out.add("device_cuda")
+                return
+            if attr == "to" and node.args:
+                d = _device_of(facts, node.args[0].value)
+                if d != {"device_unknown"}:
+                    out.update(d)
+                    return
+            if attr not in _PLACING:
+                return
+            node = node.func.value
+            depth += 1
+
+    chain(value)
+    if isinstance(value, cst.Name):
+        bindings = facts.lookup(value.value, value)
+        for b in bindings:
+            if b.how == "expr":
+                chain(b.node)
+        scope = facts.scope_of(value)
+        at = facts.order.get(value, 0)
+        for use in facts.later_uses(value.value, scope, -1):
+            if facts.order.get(use, 0) >= at:
+                break
+            attr = facts.parent(use)
+            call = facts.parent(attr) if isinstance(attr, cst.Attribute) and attr.value is use else None
+            if isinstance(call, cst.Call) and call.func is attr and isinstance(facts.parent(call), cst.Expr):
+                chain(call)
+    return out
+
+
+def _forwarded_param(facts, value: cst.BaseExpression, host) -> str | None:
+    """The name of `host`'s parameter when the argument is that parameter, never rebound."""
+    if host is None or not isinstance(value, cst.Name):
+        return None
+    bs = facts.lookup(value.value, value)
+    if len(bs) == 1 and bs[0].how == "param" and bs[0].site is host:
+        return value.value
+    return None
+
+
+def _keyword_value(facts, value: cst.BaseExpression):
+    """A keyword argument's value as far as a callee forwarding `**kwargs` needs it: ["v",
+    literal], ["o", "args.workers", default] for an option (its default when this file
+    declares it; ["o", text] to look it up in the project), None when unknown."""
+    v = _json_literal(value)
+    if v is not NOT_LITERAL:
+        return ["v", v]
+    if isinstance(value, cst.Name):
+        bs = facts.lookup(value.value, value)
+        if len(bs) == 1 and bs[0].how == "expr":
+            v = _json_literal(bs[0].node)
+            if v is not NOT_LITERAL:
+                return ["v", v]
+        return None
+    text = dotted(value) if isinstance(value, cst.Attribute) else None
+    if text is None:
+        return None
+    parts = text.split(".")
+    if parts[0] == "self":
+        parts = parts[1:]
+    if len(parts) != 2 or not (parts[0] in _OPTION_ROOTS or parts[0].endswith(("args", "cfg", "config", "opt"))):
+        return None
+    own = facts.own_option_defaults
+    if parts[1] in own and isinstance(own[parts[1]], _JSON_SCALARS):
+        return ["o", text, own[parts[1]]]
+    return ["o", text]
+
+
+def _escapes(facts) -> list[str]:
+    """Project functions this file names other than by calling them (`fn=train_step`,
+    `map(step, ...)`, `hooks = [evaluate]`): they may be called with anything."""
+    out: set[str] = set()
+    aliases, relative, local = facts.imports.aliases, facts.imports.relative, facts.functions_by_name
+    for name in facts.index[cst.Name]:
+        v = name.value
+        if v not in local and v not in aliases and v not in relative:
+            continue
+        parent = facts.parent(name)
+        if isinstance(parent, cst.Call) and parent.func is name:
+            continue
+        if isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.ImportAlias, cst.AsName, cst.Attribute,
+                               cst.Decorator, cst.Param, cst.Global, cst.Nonlocal)):
+            continue
+        if facts.lookup(v, name) and v not in local:
+            continue  # a local variable spelled like an import
+        ref = reference(facts, name)
+        if ref is not None:
+            out.add(ref)
+    for attr in facts.index[cst.Attribute]:
+        if not isinstance(attr.value, cst.Name) or attr.value.value not in aliases and attr.value.value not in relative:
+            continue
+        parent = facts.parent(attr)
+        if isinstance(parent, cst.Call) and parent.func is attr or isinstance(parent, (cst.Attribute, cst.Decorator)):
+            continue
+        ref = reference(facts, attr)
+        if ref is not None:
+            out.add(ref)
+    return sorted(out)
 
 
 def _plain_receiver(facts, value: cst.BaseExpression) -> bool:
@@ -358,7 +568,11 @@ def _bound_to_project_call(facts, value: cst.BaseExpression) -> list | None:
         return None
     if bs[0].how == "unpack" and len(bs[0].index) != 1:
         return None
-    ref = reference(facts, bs[0].node.func)
+    node = bs[0].node
+    while bs[0].how == "expr" and isinstance(node.func, cst.Attribute) and node.func.attr.value in _PLACING \
+            and isinstance(node.func.value, cst.Call):
+        node = node.func.value  # `model = Net(...).to(device)`
+    ref = reference(facts, node.func)
     if ref is None or ref.startswith("#"):
         return None
     return [ref, bs[0].how == "unpack"]
@@ -418,6 +632,37 @@ def _settings(facts) -> dict:
     return {k: sorted(v) for k, v in found.items() if v}
 
 
+def _top_level_library_aliases(facts) -> dict:
+    out = {}
+    for stmt in facts.module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)) and not (
+                        isinstance(small, cst.ImportFrom) and small.relative):
+                    table = ImportTable()
+                    if isinstance(small, cst.Import):
+                        table.add_import(small)
+                    else:
+                        table.add_import_from(small)
+                    for k, v in table.aliases.items():
+                        if v.split(".", 1)[0] in LIBRARY_ROOTS and not k.startswith("_"):
+                            out[k] = v
+    return out
+
+
+def _dunder_all(facts) -> list[str] | None:
+    """The names of a literal top-level `__all__` list or tuple."""
+    for stmt in facts.module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                        and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == "__all__" \
+                        and isinstance(small.value, (cst.List, cst.Tuple)):
+                    names = [literal_value(e.value) for e in small.value.elements]
+                    return [n for n in names if isinstance(n, str)]
+    return None
+
+
 def summarise(facts, lines) -> dict:
     """The summary of the file behind `facts`; `lines(node)` gives a node's 1-based line."""
     imports = facts.imports
@@ -426,13 +671,19 @@ def summarise(facts, lines) -> dict:
         "imports": {k: v for k, v in imports.aliases.items() if v.split(".", 1)[0] not in LIBRARY_ROOTS},
         "relative": dict(imports.relative),
         "stars": list(imports.stars),
+        # Library names the module binds at its top level (`torch`, `nn`, `F`): what a
+        # `from <module> import *` hands on.
+        "libs": _top_level_library_aliases(facts),
         "classes": {},
         "functions": {},
         "defaults": _defaults(facts),
         "constants": _constants(facts),
         "calls": [],
         "accel": bool(facts.may_use_accelerator),
-        "cuda": bool(facts.is_cuda_code),
+        "cuda": bool(facts.own_cuda_code),
+        # Accelerate, Lightning, DeepSpeed … place models and batches and set precision
+        # themselves: what such a file hands other modules makes no CUDA claim there.
+        "framework": any(v.split(".", 1)[0] in _FRAMEWORKS for v in imports.aliases.values()),
         # File-wide settings the file makes (TF32, cudnn.benchmark, determinism) and whether
         # it sets up mixed precision: the modules around it need not repeat them.
         **_settings(facts),
@@ -445,5 +696,11 @@ def summarise(facts, lines) -> dict:
             summary["classes"][stmt.name.value] = _class_info(facts, stmt)
         elif isinstance(stmt, cst.FunctionDef):
             summary["functions"][stmt.name.value] = _function_info(facts, stmt)
+    exported = _dunder_all(facts)
+    if exported is not None:
+        summary["all"] = exported
     summary["calls"] = _calls(facts, lines)
+    refs = _escapes(facts)
+    if refs:
+        summary["refs"] = refs
     return summary
