@@ -460,15 +460,22 @@ def output_format_option(f):
                    "so that CI can start strict on new code.")
 @click.option("--show-why", is_flag=True,
               help="Under each per-step finding, the evidence that its code runs on every step (the loop, the call, the branch).")
+@click.option("--show-settings", is_flag=True,
+              help="Print the settings each PATH gets (configuration file, target torch and where it comes from, "
+                   "rules) and exit.")
 def check(paths, select, extend_select, ignore, target_torch, config_file, exclude, extend_exclude,
           no_respect_gitignore, force_exclude, jobs, no_cache, quiet, stdin_filename, output_format, statistics,
-          exit_zero, fix, unsafe_fixes, diff, show_fixes, add_noqa, show_why, output_file):
+          exit_zero, fix, unsafe_fixes, diff, show_fixes, add_noqa, show_why, show_settings, output_file):
     """Report anti-patterns in PATHS (default: the current folder).
 
     Finds .py files and Jupyter notebooks, honouring .gitignore and the configured
     excludes; files named explicitly are always checked (unless --force-exclude).
     `-` (or --stdin-filename) checks the source given on standard input.
     """
+    if show_settings:
+        _show_settings(paths or ["."], _resolver(select, extend_select, ignore, target_torch, config_file, exclude,
+                                                 extend_exclude, no_respect_gitignore, unsafe=unsafe_fixes))
+        return
     _run(paths, select=select, extend_select=extend_select, ignore=ignore, target_torch=target_torch,
          config_file=config_file, exclude=exclude, extend_exclude=extend_exclude,
          no_respect_gitignore=no_respect_gitignore, force_exclude=force_exclude, jobs=jobs, no_cache=no_cache,
@@ -500,6 +507,40 @@ def fix(paths, select, extend_select, ignore, target_torch, config_file, exclude
          no_respect_gitignore=no_respect_gitignore, force_exclude=force_exclude, jobs=jobs, no_cache=no_cache,
          quiet=quiet, output_format=output_format, exit_zero=exit_zero, fix=True, unsafe_fixes=unsafe_fixes,
          diff=diff, show_fixes=show_fixes, stdin_filename=stdin_filename, output_file=output_file)
+
+
+def _show_settings(paths, resolver) -> None:
+    """What `check` would use for each path (a folder: a file directly inside it)."""
+    from perflint.config import ConfigError
+    from perflint.options import is_test_file
+    from perflint.selection import fixable_codes, ignored_for_path, selected_codes
+
+    status = 0
+    for given in paths:
+        p = Path(given)
+        probe = p if not p.is_dir() else p / "__init__.py"
+        try:
+            s = resolver.for_path(probe)
+        except ConfigError as exc:
+            click.echo(f"error: {exc}", err=True)
+            status = 2
+            continue
+        target = ".".join(map(str, s.effective_target()))
+        codes = selected_codes(s)
+        fixable = fixable_codes(s)
+        rel = os.path.relpath(probe.absolute(), s.root) if s.root else str(probe)
+        lines = [
+            f"Settings for {given}:",
+            f"  configuration: {s.config_file or 'none (defaults)'}",
+            f"  target torch: {target} ({'default' if s.target_source == 'default' else 'from ' + s.target_source})",
+            f"  rules: {', '.join(codes) if codes else 'none'}",
+            f"  per-file-ignores here: {', '.join(sorted(ignored_for_path(s, rel))) or 'none'}",
+            f"  unsafe fixes: {'yes' if s.unsafe_fixes else 'no'}",
+            f"  fixable: {'all' if fixable is None else ', '.join(sorted(fixable)) or 'none'}",
+            f"  test file rules only (errors): {'yes' if is_test_file(probe) and not s.lint_tests else 'no'}",
+        ]
+        click.echo("\n".join(lines))
+    sys.exit(status)
 
 
 def _unified_diff(r) -> str:

@@ -11,7 +11,8 @@ The target torch version is `--target-torch`, else `target-torch` in the configu
 else the lower bound of the project's declared torch requirement (the nearest
 pyproject.toml's dependencies, optional dependencies and dependency groups, then
 requirements*.txt beside it, setup.cfg / setup.py, environment.yml, requirements files one
-folder down), else 2.4.  It is never the installed torch.
+folder down; else the lowest torch version the README, install notes or Dockerfiles name),
+else 2.4.  It is never the installed torch.
 
 A broken configuration raises `ConfigError` with one line that names the file and the key.
 """
@@ -396,10 +397,47 @@ def _conda_bound(project_dir: Path) -> tuple[tuple[int, int], Path] | None:
     return None
 
 
+# Where no machine-readable requirement bounds torch, the project's Dockerfiles and install
+# notes often do: a `pytorch/pytorch:1.7.0-…` base image, `pip install torch==1.13.1`, or a
+# README's "PyTorch 1.13 or later" / "PyTorch >= 1.3".  The lowest such version is taken: a
+# safe fix must work on every torch the project says it runs on.
+_DOC_FILES = ("README.md", "README.rst", "README.txt", "README", "INSTALL.md", "docs/INSTALL.md",
+              "Dockerfile", "docker/Dockerfile")
+_DOC_BOUNDS = (
+    re.compile(r"^\s*FROM\s+(?:docker\.io/)?pytorch/pytorch:v?(\d+)\.(\d+)", re.M | re.I),
+    re.compile(r"\b(?:pip3?|conda|mamba)\s+install\b[^\n]*?[\s\"'](?:py)?torch\s*(?:==|>=|=|~=)\s*v?(\d+)\.(\d+)"),
+    re.compile(r"\b(?:py)?torch\s*(?:version\s*)?(?:>=|≥|=>)\s*v?(\d+)\.(\d+)", re.I),
+    re.compile(r"\bpytorch\s*v?(\d+)\.(\d+)(?:\.\d+)?\s*(?:\+|or\s+(?:later|higher|newer|above|greater)"
+               r"|and\s+(?:later|above|higher|newer))", re.I),
+)
+
+
+def _docs_bound(project_dir: Path) -> tuple[tuple[int, int], Path] | None:
+    best = None
+    names = list(_DOC_FILES)
+    try:
+        names += sorted(p.name for p in project_dir.glob("Dockerfile.*"))
+    except OSError:
+        pass
+    for name in names:
+        path = project_dir / name
+        text = _read_text(path)[:200_000]
+        for rx in _DOC_BOUNDS:
+            for m in rx.finditer(text):
+                v = (int(m.group(1)), int(m.group(2)))
+                if v[0] < 1 and v[1] == 0 or v[0] > 9:
+                    continue  # not a torch version
+                if best is None or v < best[0]:
+                    best = (v, path)
+    return best
+
+
 def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int] | None, str]:
     """The lower bound of a project's torch requirement: pyproject.toml, requirements files,
     setup.cfg / setup.py, a conda environment file, then requirements files one folder down
-    (`installation/requirements.txt`, `docker/requirements.txt`), lowest bound first found."""
+    (`installation/requirements.txt`, `docker/requirements.txt`), lowest bound first found;
+    else, at a project's root, the lowest torch version its README, install notes or
+    Dockerfiles name (`_DOC_BOUNDS`)."""
     if data is not None:
         found = torch_lower_bound(_pyproject_requirements(data))
         if found is not None:
@@ -428,6 +466,9 @@ def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int]
             found = torch_lower_bound(_read_requirements(req_file))
             if found is not None:
                 return found, f"{req_file} torch requirement"
+    docs = _docs_bound(project_dir) if at_root else None
+    if docs is not None:
+        return docs[0], f"{docs[1]} (the torch version it names)"
     return None, "default"
 
 

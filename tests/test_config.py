@@ -238,6 +238,16 @@ def _pf402(root: Path, *args: str) -> bool:
         ({"environment.yml": "dependencies:\n  - python=3.8\n  - pytorch::pytorch=1.12.1\n"}, False),
         ({"environment.yml": "dependencies:\n  - pip:\n    - torch==2.6.0\n"}, True),
         ({"installation/requirements.txt": "torch==1.4.0\n"}, False),
+        # Nothing machine-readable: the lowest torch the README, install notes or Dockerfiles name.
+        ({"README.md": "## Setup\n\n1. Install PyTorch 1.13 or later\n"}, False),
+        ({"INSTALL.md": "Requirements\n- Python >= 3.8\n- PyTorch >= 1.3\n"}, False),
+        ({"README.md": "```bash\npip install torch==1.7.1\n```\n"}, False),
+        ({"Dockerfile": "FROM pytorch/pytorch:1.7.0-cuda11.0-cudnn8-runtime\nRUN pip install -e .\n"}, False),
+        ({"docker/Dockerfile": "FROM ubuntu:22.04\nRUN pip3 install numpy torch==2.5.1\n"}, True),
+        ({"README.md": "Tested with PyTorch 2.5 or newer; see `torch >= 2.6` for compile.\n"}, True),
+        ({"README.md": "Uses pytorch-lightning 1.4 and python 3.8.\n"}, True),  # no torch version named
+        # A declared requirement wins over what the README says.
+        ({"requirements.txt": "torch>=2.5\n", "README.md": "Install PyTorch 1.13 or later\n"}, True),
         # No lower bound anywhere: 2.4.
         ({"pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch<3"]\n'}, True),
         ({}, True),
@@ -337,3 +347,21 @@ def test_lower_bound_special_cases():
     assert torch_lower_bound(["torch>=2.1 --hash=sha256:00"]) == (2, 1)
     assert torch_lower_bound(["torch>=2.3 \\", "  --hash=sha256:00"]) == (2, 3)
     assert torch_lower_bound(["# torch>=2.9", "torch>=2.2"]) == (2, 2)
+
+
+def test_show_settings_names_the_target_torch_and_its_source(root):
+    write(root, {"a.py": AMP, "pyproject.toml": '[tool.perflint]\nignore = ["PF101"]\n',
+                 "README.md": "Install PyTorch 1.13 or later.\n"})
+    r = run("check", "--show-settings", "a.py")
+    assert r.exit_code == 0
+    out = r.stdout
+    assert out.startswith("Settings for a.py:\n")
+    assert "  target torch: 1.13 (from " in out and "README.md (the torch version it names))" in out
+    assert "pyproject.toml" in out.splitlines()[1]
+    rules = next(line for line in out.splitlines() if line.startswith("  rules: "))
+    assert "PF102" in rules and "PF101" not in rules
+    r = run("check", "--show-settings", "--target-torch", "2.6", ".")
+    assert "  target torch: 2.6 (from --target-torch)" in r.stdout
+    write(root, {"pyproject.toml": "[tool.perflint]\nselect = 3\n"})
+    r = run("check", "--show-settings", "a.py")
+    assert r.exit_code == 2 and "pyproject.toml" in r.stderr
