@@ -78,6 +78,24 @@ class CrossModuleMixin:
                 return self._model_dict_values(func.func.value)
         return None
 
+    def factory_layer_apis(self, func: cst.BaseExpression) -> set[str]:
+        """Layer APIs of the models a by-name choice (`factory_choices`) may build: library
+        names as they are (`torchvision.models.by_name`, `torchvision.models.resnet50`), a
+        project class's layers through the project; a class of this file builds its layers
+        here (the file's own calls)."""
+        out: set[str] = set()
+        for v in self.factory_choices(func) or ():
+            if isinstance(v, str):
+                out.add(v)
+                continue
+            q = self.qualname(v)
+            ref = self.project_ref(v)
+            if q is not None and ref is None:
+                out.add(q)  # a library model (`torchvision.models.resnet50`)
+            elif self.project is not None and ref is not None and not ref.startswith("#"):
+                out |= self.project.layer_apis(ref)
+        return out
+
     def _model_dict_values(self, node: cst.BaseExpression) -> list | None:
         if not isinstance(node, cst.Name):
             return None
@@ -223,17 +241,7 @@ class CrossModuleMixin:
         out: set[str] = set()
         for call in self.index[cst.Call]:
             if isinstance(call.func, (cst.Subscript, cst.Call)):
-                for v in self.factory_choices(call.func) or ():
-                    if isinstance(v, str):
-                        out.add(v)
-                        continue
-                    q = self.qualname(v)
-                    if q is not None and self.project_ref(v) is None:
-                        out.add(q)  # a library model (`torchvision.models.resnet50`)
-                    elif self.project is not None:
-                        ref = self.project_ref(v)
-                        if ref is not None and not ref.startswith("#"):
-                            out |= self.project.layer_apis(ref)
+                out |= self.factory_layer_apis(call.func)
         if self.project is None:
             return frozenset(out)
         for call in self.index[cst.Call]:

@@ -519,6 +519,35 @@ class KindsMixin:
             return self._method_call_kinds(node.func)
         return set()
 
+    def helper_runs_model(self, call: cst.Call) -> bool:
+        """`loss = step_loss(model, batch, device)`: a call of a top-level function of this
+        file that calls (or calls `.forward` of) the parameter this call gives a model."""
+        if not isinstance(call.func, cst.Name):
+            return False
+        fns = self.functions_by_name.get(call.func.value, [])
+        if len(fns) != 1 or self.parent(fns[0]) is not self.module or self.lookup(call.func.value, call):
+            return False
+        fn = fns[0]
+        params = [*fn.params.posonly_params, *fn.params.params]
+        names = set()
+        for i, a in enumerate(a for a in call.args if not a.star):
+            if not self.kinds(a.value) & {"model", "~model"}:
+                continue
+            if a.keyword is not None:
+                names.add(a.keyword.value)
+            elif i < len(params):
+                names.add(params[i].name.value)
+        if not names:
+            return False
+        for c in self.calls_within(fn):
+            f = c.func
+            if isinstance(f, cst.Attribute) and f.attr.value == "forward":
+                f = f.value
+            if isinstance(f, cst.Name) and f.value in names and any(
+                    b.how == "param" for b in self.lookup(f.value, f)):
+                return True
+        return False
+
     def _method_call_kinds(self, func: cst.Attribute) -> set[str]:
         """`self.make_optimizer()` (a method of this class, or one it inherits from a project
         class) and `corpus.loader(32)` on a parameter every caller passes an instance of one
@@ -526,29 +555,16 @@ class KindsMixin:
         recv, method = func.value, func.attr.value
         if not isinstance(recv, cst.Name):
             return set()
-        _METHOD_KINDS = {"dataloader", "model", "optimizer", "scaler", "criterion", "loss", "tensor", "dataset"}
+        # What a training loop is built from; not tensors, whose device a method does not
+        # show (a loss computed on a CPU `loss_device`).
+        _METHOD_KINDS = {"dataloader", "model", "optimizer", "scaler", "criterion", "dataset"}
         if recv.value == "self":
             cls = self.enclosing_class(func)
-            seen = 0
-            while cls is not None and seen < 5:
-                seen += 1
-                fns = [f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == method] \
-                    if isinstance(cls.body, cst.IndentedBlock) else []
-                if fns:
-                    out: set[str] = set()
-                    for ret in self.nodes_within(fns[0], cst.Return):
-                        if ret.value is not None and self.enclosing_function(ret) is fns[0]:
-                            out |= set(self.kinds(ret.value)) & _METHOD_KINDS
-                    return out
-                if self.project is not None:
-                    for base in cls.bases:
-                        ref = self.project_ref(base.value)
-                        if ref is not None and not ref.startswith("#"):
-                            got = self.project.inherited_method_kinds(ref, method)
-                            if got:
-                                return set(got) & _METHOD_KINDS
-                cls = self._local_base_class(cls)
-            return set()
+            memo = self.__dict__.setdefault("_self_method_memo", {})
+            key = (cls, method)
+            if key not in memo:
+                memo[key] = self._self_method_kinds(cls, method, _METHOD_KINDS)
+            return set(memo[key])
         if self.project is None:
             return set()
         bs = self.lookup(recv.value, recv)
@@ -558,4 +574,28 @@ class KindsMixin:
         if pos is None:
             return set()
         return set(self.project.param_method_kinds(pos[0], pos[1], recv.value, method)) & _METHOD_KINDS
+
+    def _self_method_kinds(self, cls, method: str, wanted) -> frozenset[str]:
+        """What `self.<method>()` returns: the method of the class (or a base class of this
+        file), else one inherited from a project class."""
+        seen = 0
+        while cls is not None and seen < 5:
+            seen += 1
+            fns = [f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == method] \
+                if isinstance(cls.body, cst.IndentedBlock) else []
+            if fns:
+                out: set[str] = set()
+                for ret in self.nodes_within(fns[0], cst.Return):
+                    if ret.value is not None and self.enclosing_function(ret) is fns[0]:
+                        out |= set(self.kinds(ret.value)) & wanted
+                return frozenset(out)
+            if self.project is not None:
+                for base in cls.bases:
+                    ref = self.project_ref(base.value)
+                    if ref is not None and not ref.startswith("#"):
+                        got = self.project.inherited_method_kinds(ref, method)
+                        if got:
+                            return frozenset(got & wanted)
+            cls = self._local_base_class(cls)
+        return frozenset()
 

@@ -353,23 +353,32 @@ def _calls(facts, lines) -> list[dict]:
         # Arguments bound to a call of another module's function (`train_loader, val_loader =
         # get_loaders(...)`): their kinds are known only once the project is indexed.
         via, dev, fwd, kwv, cls = {}, {}, {}, {}, {}
+        # What a function's parameters receive (a class's constructor takes none of it).
+        to_function = not _names_a_class(facts, ref)
         for key, value in [*((str(i), a.value) for i, a in enumerate(positional)), *keywords.items()]:
             got = _bound_to_project_call(facts, value)
             if got is not None:
                 via[key] = got
-            d = _arg_device(facts, value)
-            if d:
-                dev[key] = d
+            if not to_function or isinstance(value, (cst.Integer, cst.Float)):
+                continue
             p = _forwarded_param(facts, value, host)
             if p is not None:
                 fwd[key] = p
-            c = facts.instance_class(value) if isinstance(value, (cst.Name, cst.Call)) else None
+                continue
+            ks = facts.kinds(value)
+            if ks & _NOT_DEVICE_OR_OBJECT:
+                continue  # a tensor, a number, a loader …: no device, no project object
+            d = _arg_device(facts, value)
+            if d:
+                dev[key] = d
+            c = facts.instance_class(value) if isinstance(value, (cst.Name, cst.Call)) and "model" not in ks else None
             if c is not None:
                 cls[key] = c  # `train(model, Corpus(path))`: the class of the argument
-        for k, v in keywords.items():
-            got = _keyword_value(facts, v)
-            if got is not None:
-                kwv[k] = got
+        if to_function:
+            for k, v in keywords.items():
+                got = _keyword_value(facts, v)
+                if got is not None:
+                    kwv[k] = got
         for name, m in (("via", via), ("dev", dev), ("fwd", fwd), ("kwv", kwv), ("cls", cls)):
             if m:
                 rec[name] = m
@@ -377,6 +386,16 @@ def _calls(facts, lines) -> list[dict]:
             rec["splat"] = True
         out.append(rec)
     return out
+
+
+_NOT_DEVICE_OR_OBJECT = frozenset({"tensor", "batch", "output", "loss", "number", "int", "numpy", "dataloader",
+                                   "optimizer", "criterion", "dataset", "scaler", "device_tensor", "cpu_tensor"})
+
+
+def _names_a_class(facts, ref: str) -> bool:
+    """A call reference that names a class (`#Net`, `models.ResNet`, `Trainer.__init__` aside)."""
+    last = ref.rsplit(".", 1)[-1].lstrip("#*")
+    return last in facts.classes_by_name if ref.startswith("#") else last[:1].isupper()
 
 
 # Calls that return the model or tensor they are called on, placed or converted.
