@@ -39,7 +39,11 @@ def all_rules() -> dict:
 
 def _load() -> None:
     # Importing the family modules registers their rules.
-    from perflint.rules import data_loading, host_sync, optim_autograd, precision, data_dist  # noqa: F401
+    from perflint.rules.data_loading import helpers  # noqa: F401
+    from perflint.rules.host_sync import helpers  # noqa: F401, F811
+    from perflint.rules.optim_autograd import helpers  # noqa: F401, F811
+    from perflint.rules.precision import helpers  # noqa: F401, F811
+    from perflint.rules.data_dist import helpers  # noqa: F401, F811
 
 
 def __getattr__(name: str):

@@ -12,8 +12,8 @@ from perflint.analysis import Facts, call_name, get_arg, has_splat, iter_nodes, 
 from perflint.names import dotted
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation
-from perflint.rules.data_loading import _file_trains, _trains_in, runs_once
-from perflint.rules.precision import (
+from perflint.rules.data_loading.helpers import _file_trains, _trains_in, runs_once
+from perflint.rules.precision.helpers import (
     enclosing_block,
     is_training_file,
     forward_range,

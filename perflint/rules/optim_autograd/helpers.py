@@ -12,7 +12,7 @@ from perflint.analysis import Facts, call_name, get_arg, has_splat, iter_nodes, 
 from perflint.analysis.hotpath import WhyStep, snippet
 from perflint.rules import register
 from perflint.rules.base import Rule, Violation
-from perflint.rules.precision import script_device
+from perflint.rules.precision.helpers import script_device
 
 
 def _torch_prefix(facts: Facts) -> str | None:

@@ -1,0 +1,1 @@
+"""PF5 — data pipelines and distributed training."""

@@ -1,0 +1,1 @@
+"""PF1 — data loading: DataLoader options and host-to-device copies."""

@@ -1,0 +1,1 @@
+"""PF2 — host-device synchronisation inside training and evaluation loops."""

@@ -1,0 +1,1 @@
+"""PF4 — precision, kernels and tensors."""
