@@ -1,4 +1,8 @@
-"""The rule registry: every rule class, by code, in code order.
+"""The rules: every rule class, by code, in code order.
+
+A rule is a `Rule` subclass with a `code`, in a module of this package: one rule a file,
+`perflint/rules/<family>/pfNNN_<name>.py`.  `all_rules()` finds them by walking the package;
+there is no list to add a rule to.
 
 Importing this package is cheap: the rule modules (and libcst, which they need) load on the
 first `all_rules()` call, so that a run answered from the cache never imports them.
@@ -8,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# code → rule class, filled on the first `all_rules()` call.
 _REGISTRY: dict = {}
 
 # The rule reference shipped with perflint: one section per rule, `id` = the code in lower case.
@@ -24,34 +29,38 @@ def docs_url(code: str) -> str:
     return f"{DOCS_FILE.as_uri()}#{code.strip().lower()}"
 
 
-def register(cls):
-    if cls.code in _REGISTRY:
-        raise ValueError(f"duplicate rule code {cls.code}")
-    _REGISTRY[cls.code] = cls
-    return cls
-
-
 def all_rules() -> dict:
     if not _REGISTRY:
-        _load()
+        _REGISTRY.update(discover())
     return dict(sorted(_REGISTRY.items()))
 
 
-def _load() -> None:
-    # Importing the family modules registers their rules.
-    from perflint.rules.data_loading import helpers  # noqa: F401
-    from perflint.rules.host_sync import helpers  # noqa: F401, F811
-    from perflint.rules.optim_autograd import helpers  # noqa: F401, F811
-    from perflint.rules.precision import helpers  # noqa: F401, F811
-    from perflint.rules.data_dist import helpers  # noqa: F401, F811
+def discover() -> dict:
+    """Code → rule class for every `Rule` subclass that defines a `code` in a module of this
+    package (a class imported into another module counts only where it is defined)."""
+    import importlib
+    import pkgutil
+
+    from perflint.rules.base import Rule
+
+    found: dict = {}
+    for info in pkgutil.walk_packages(__path__, prefix=f"{__name__}."):
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if (isinstance(obj, type) and issubclass(obj, Rule) and obj.__module__ == module.__name__
+                    and "code" in vars(obj)):
+                if obj.code in found:
+                    raise ValueError(f"duplicate rule code {obj.code}: {found[obj.code].__module__} and {module.__name__}")
+                found[obj.code] = obj
+    return dict(sorted(found.items()))
 
 
 def __getattr__(name: str):
-    if name in ("FixPlan", "Rule", "Violation"):
+    if name in ("FixClass", "FixPlan", "Rule", "Violation"):
         from perflint.rules import base
 
         return getattr(base, name)
     raise AttributeError(f"module 'perflint.rules' has no attribute {name!r}")
 
 
-__all__ = ["DOCS_FILE", "FixPlan", "Rule", "Violation", "all_rules", "docs_url", "register"]
+__all__ = ["DOCS_FILE", "FixClass", "FixPlan", "Rule", "Violation", "all_rules", "discover", "docs_url"]

@@ -1,0 +1,440 @@
+"""What rules of several families share: whether a file trains and whether code runs once
+(`is_training_file`, `updates_weights`, `runs_once`), the script's device (`script_device`),
+the model's forward pass (`forward_range`, `is_model_call`), and fixes that add statements
+(`insert_after_imports`, `wrap_in_with`)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from perflint.edits import parse_expr
+from perflint.analysis import Binding, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
+from perflint.names import dotted
+
+
+def words(facts: Facts):
+    return facts.words
+
+
+def torch_module_name(facts: Facts, top_level: bool = False) -> str | None:
+    """The local name the `torch` module is bound to (`torch`, or an alias such as `th`)."""
+    names = facts.imports.local_names_for("torch")
+    if top_level:
+        bound = set()
+        for stmt in facts.module.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Import):
+                        for alias in small.names:
+                            full = dotted(alias.name) or ""
+                            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                                if full == "torch":
+                                    bound.add(alias.asname.name.value)
+                            elif full == "torch" or full.startswith("torch."):
+                                bound.add("torch")
+        names = [n for n in names if n in bound]
+    if "torch" in names:
+        return "torch"
+    return sorted(names)[0] if names else None
+
+
+def is_setting_line(facts: Facts, stmt: cst.CSTNode) -> bool:
+    """`torch.backends.… = …` or `torch.set_float32_matmul_precision(…)` on its own line."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return False
+    small = stmt.body[0]
+    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+        q = facts.qualname(small.targets[0].target) or ""
+        return q.startswith("torch.backends.")
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        return (facts.qualname(small.value.func) or "") == "torch.set_float32_matmul_precision"
+    return False
+
+
+def insert_after_imports(facts: Facts, code_line: str, after_settings: bool = True) -> dict | None:
+    """A replacement that adds `code_line` once, after the last top-level import (and, with
+    `after_settings`, after any settings lines that directly follow it, so inserted settings
+    stay together)."""
+    body = list(facts.module.body)
+    last = None
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, cst.SimpleStatementLine) and any(
+            isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+        ):
+            last = i
+    if last is None:
+        return None
+    while after_settings and last + 1 < len(body) and is_setting_line(facts, body[last + 1]):
+        last += 1
+    anchor = body[last]
+    new = cst.parse_statement(code_line + "\n")
+    return {anchor: cst.FlattenSentinel([anchor, new])}
+
+
+def optimizes_inputs_only(facts: Facts) -> bool:
+    """Every optimizer the file builds updates free tensors (`Adam([latent] + noises)`: GAN
+    inversion, adversarial inputs, style transfer), none a module's `.parameters()`: the
+    loop with `backward()`/`step()` trains no model."""
+    ctors = [c for c in facts.calls() if (facts.qualname(c.func) or "").startswith("torch.optim.")
+             and (facts.qualname(c.func) or "").count(".") == 2 and call_name(c)[:1].isupper()]
+    if not ctors:
+        return False
+    for c in ctors:
+        params = get_arg(c, "params", 0)
+        if params is None:
+            return False
+        value = params.value
+        if isinstance(value, cst.Name):
+            bs = facts.lookup(value.value, value)
+            value = bs[0].node if len(bs) == 1 and bs[0].how == "expr" else value
+        nodes = list(iter_nodes(value))
+        if not isinstance(nodes[0], (cst.List, cst.BinaryOperation, cst.Tuple)):
+            return False
+        if any(isinstance(n, cst.Call) for n in nodes) or any(isinstance(n, (cst.Dict, cst.Attribute)) for n in nodes):
+            return False  # `.parameters()`, param groups, `model.weight`: may be a module's weights
+    return True
+
+
+def is_training_file(facts: Facts) -> bool:
+    """A file that trains: a training loop that updates weights (not a profiling helper that
+    times `.backward()` in a loop), or a per-step training function of its own."""
+    if optimizes_inputs_only(facts):
+        return False  # GAN inversion and the like: the optimizer updates inputs, not a model
+    if any(updates_weights(facts, loop, wrapping=True) for loop in facts.training_loops()):
+        return True
+    # A helper called once per step from another file's loop is per-step code, but its file
+    # is not a training file: file-wide settings belong in the file that trains.
+    return any(facts.step_function_kind(fn) == "train" and fn not in facts.step_callers
+               for fn in facts.index[cst.FunctionDef])
+
+
+def updates_weights(facts: Facts, step: cst.CSTNode, wrapping: bool = False) -> bool:
+    """An optimizer step in the iteration, or an optimizer built in the file: a training step,
+    not a saliency map, an adversarial attack that only needs input gradients, or a timing
+    helper.  With `wrapping`, a `DistributedOptimizer` counts too (its model may run in
+    another process: enough for a file-wide setting, not for rewriting the step)."""
+    if any(facts.is_optimizer_step(c) for c in facts.calls_within(step)):
+        return True
+    if wrapping:
+        # For a file-wide setting: the loop calls some `.step()` (a remote optimizer's,
+        # `opt_rref.rpc_sync().step()`), the file steps an optimizer somewhere (a helper it
+        # calls), or drives a DistributedOptimizer; an optimizer it only builds and returns
+        # (a utility module's factory) does not make it a file that trains.
+        if any(call_name(c) == "step" for c in facts.calls_within(step)):
+            return True
+        return any(facts.is_optimizer_step(c) or facts.qualname(c.func) in _WRAPPING_OPTIMIZERS
+                   for c in facts.calls())
+    return any(
+        (facts.qualname(c.func) or "").startswith("torch.optim.") and "optimizer" in facts.kinds(c)
+        for c in facts.calls()
+    )
+
+
+# Optimizers that take an optimizer class rather than being one (`DistributedOptimizer(optim.SGD, ...)`).
+_WRAPPING_OPTIMIZERS = {"torch.distributed.optim.DistributedOptimizer", "torch.distributed.optim.ZeroRedundancyOptimizer"}
+
+
+def enclosing_block(facts: Facts, node: cst.CSTNode) -> tuple[cst.CSTNode, int] | None:
+    """(the IndentedBlock or Module whose body holds `node`'s statement, its index)."""
+    return facts.block_of(node)
+
+
+def is_model_call(facts: Facts, call: cst.Call) -> bool:
+    if isinstance(call.func, cst.Name) and call.func.value == "self":
+        return False
+    ks = facts.kinds(call.func)
+    return bool(ks & {"model", "~model"}) and not (ks & {"criterion", "~criterion", "optimizer", "dataloader"})
+
+
+def _contains(facts: Facts, stmt: cst.CSTNode, pred) -> bool:
+    for n in iter_nodes(stmt):
+        if isinstance(n, cst.Call) and pred(n):
+            return True
+    return False
+
+
+def wrap_in_with(stmts: list[cst.BaseStatement], item_code: str) -> cst.With:
+    """`with <item_code>:` around `stmts`; the first statement's comments move above it."""
+    first = stmts[0]
+    lead = getattr(first, "leading_lines", ())
+    inner = [first.with_changes(leading_lines=[])] + list(stmts[1:]) if lead else list(stmts)
+    return cst.With(
+        items=[cst.WithItem(item=parse_expr(item_code))],
+        body=cst.IndentedBlock(body=inner),
+        leading_lines=lead,
+    )
+
+
+# The script's own device (`--device`, `args.device`, `device = torch.device(...)`), for
+# unsafe fixes that only make sense on CUDA (bf16 autocast, fused optimizers).
+_CUDA = "cuda"  # the device is CUDA for sure: the fix may say "cuda" outright
+
+
+def _device_like(facts: Facts, expr: cst.BaseExpression) -> bool:
+    """An expression that names a device: a device literal or `torch.device(...)`, a name
+    bound only to those, or a name/attribute spelled like a device (`device`, `args.device`,
+    `self.dev`)."""
+    if facts.kinds(expr) & {"tensor", "output", "batch", "loss", "model", "number", "int"}:
+        return False
+    if isinstance(expr, cst.Call):
+        return facts.qualname(expr.func) == "torch.device" and bool(expr.args) and not has_splat(expr)
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        return True
+    if not isinstance(expr, (cst.Name, cst.Attribute)) or dotted(expr) is None:
+        return False
+    if isinstance(expr, cst.Attribute) and facts.kinds(expr.value) & {"tensor", "output", "batch", "loss"}:
+        return False  # `x.device` of a tensor made in the step
+    if facts.is_device_expr(expr):
+        return True
+    last = (expr.value if isinstance(expr, cst.Name) else expr.attr.value).lower()
+    return last == "dev" or "device" in last
+
+
+def _device_args(facts: Facts, call: cst.Call) -> list[object]:
+    """What a call says about the device: `.cuda()` → _CUDA; `.to(D)` / `device=D` → D."""
+    out: list[object] = []
+    name = call_name(call)
+    if name == "cuda" and isinstance(call.func, cst.Attribute) and facts.qualname(call.func) is None:
+        out.append(_CUDA)
+    elif name == "to" and isinstance(call.func, cst.Attribute) and not has_splat(call):
+        dev = get_arg(call, "device", 0)
+        if dev is not None and _device_like(facts, dev.value):
+            out.append(dev.value)
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value == "device" and name != "to" and _device_like(facts, a.value):
+            out.append(a.value)
+    return out
+
+
+def _read_names(expr: cst.BaseExpression) -> list[cst.Name]:
+    """The names an expression reads (not attribute names or keywords)."""
+    skip = set()
+    for n in iter_nodes(expr):
+        if isinstance(n, cst.Attribute):
+            skip.add(id(n.attr))
+        elif isinstance(n, cst.Arg) and n.keyword is not None:
+            skip.add(id(n.keyword))
+    return [n for n in iter_nodes(expr) if isinstance(n, cst.Name) and id(n) not in skip]
+
+
+def _names_reach(facts: Facts, expr: cst.BaseExpression, at: cst.CSTNode, used_at: cst.CSTNode) -> bool:
+    """Every name `expr` reads is bound where `at` runs: in `at`'s scope before it, or in an
+    enclosing scope (a parameter, or a module name bound before `at`, or one that `used_at`,
+    a read in `at`'s own scope, already relies on)."""
+    scope = facts.scope_of(at)
+    for n in _read_names(expr):
+        if n.value in facts.imports.aliases:
+            continue  # an imported module (`torch`)
+        bs = facts.lookup(n.value, at)
+        if not bs:
+            return False
+        if any(b.how == "param" or facts._reaches(b, at) for b in bs):  # type: ignore[attr-defined]
+            continue
+        outer = all(b.site is not None and facts.scope_of(b.site) is not scope for b in bs)
+        if outer and facts.scope_of(used_at) is scope and facts.lookup(n.value, used_at) == bs:
+            continue  # a global the step itself reads when it runs
+        return False
+    return True
+
+
+def _device_type_test(facts: Facts, expr: cst.BaseExpression, tn: str) -> str:
+    """Source of a test that the device `expr` is CUDA, right for a string or a torch.device."""
+    text = cst.Module(body=[]).code_for_node(expr)
+    if isinstance(expr, cst.Call):
+        return f'{text}.type == "cuda"'
+    bindings: list[Binding] = []
+    if isinstance(expr, cst.Name):
+        bindings = facts.lookup(expr.value, expr)
+    elif isinstance(expr, cst.Attribute):
+        bindings = facts.self_attr_bindings(expr)
+    values = [b.node for b in bindings if b.how == "expr"]
+    if bindings and len(values) == len(bindings):
+        if all(isinstance(v, cst.Call) and facts.qualname(v.func) == "torch.device" for v in values):
+            return f'{text}.type == "cuda"'
+        strings: list[object] = []
+        for v in values:
+            parts = [v.body, v.orelse] if isinstance(v, cst.IfExp) else [v]
+            strings.extend(literal_value(p) for p in parts)
+        if all(s in ("cuda", "cpu") for s in strings):
+            return f'{text} == "cuda"'
+    return f'{tn}.device({text}).type == "cuda"'
+
+
+def script_device(facts: Facts, at: cst.CSTNode, region: cst.CSTNode | None = None,
+                  models_only: bool = False) -> tuple[str | None, cst.Call | None]:
+    """How an unsafe CUDA-only fix at `at` should tell whether the script runs on CUDA.
+
+    The device is the first one the training step (`region`) moves data or the model to,
+    else the first one a model is moved to in the file (same scope as `at` first). Returns
+    None when that device is CUDA for sure (`.cuda()`, `"cuda"`, `torch.device("cuda")`) or
+    when no device expression reaches `at` (the fix then says "cuda", as before); else the
+    source of a test such as `device.type == "cuda"`. With it, the call that moves data or
+    the model to that device.
+    """
+    tn = torch_module_name(facts)
+    if tn is None:
+        return None, None
+    found: list[tuple[object, cst.Call]] = []
+    if region is not None:
+        for call in facts.calls_within(region):
+            if models_only and not facts.has_kind(call, "model"):
+                continue
+            found.extend((d, call) for d in _device_args(facts, call))
+    if not found:
+        scope = facts.scope_of(at)
+        moves = []
+        for call in facts.calls():
+            if call_name(call) in ("to", "cuda") and (facts.has_kind(call, "model") or facts.has_kind(
+                    call.func.value if isinstance(call.func, cst.Attribute) else None, "model")):
+                moves.extend((d, call) for d in _device_args(facts, call))
+        moves.sort(key=lambda m: (facts.scope_of(m[1]) is not scope, facts.order[m[1]]))
+        found = moves
+    for dev, call in found:
+        if dev is _CUDA:
+            return None, call
+        assert isinstance(dev, cst.BaseExpression)
+        ks = facts.device_kinds(dev)
+        if ks == {"device_cuda"}:
+            return None, call
+        if ks == {"device_cpu"} or (ks and ks <= {"device_cpu", "device_other"}):
+            continue  # a CPU copy (logging, checkpoints), not the training device
+        if not _names_reach(facts, dev, at, call):
+            continue
+        return _device_type_test(facts, dev, tn), call
+    return None, None
+
+
+def _is_step_boundary(facts: Facts, call: cst.Call) -> bool:
+    return facts.is_backward_call(call) or facts.is_optimizer_step(call)
+
+
+def _backward_tensor_name(call: cst.Call) -> str | None:
+    recv = call.func.value if isinstance(call.func, cst.Attribute) else None
+    while isinstance(recv, cst.BinaryOperation):
+        recv = recv.left
+    return recv.value if isinstance(recv, cst.Name) else None
+
+
+def forward_range(facts: Facts, backward: cst.Call, include_backward: bool = False):
+    """The statements of one training step to wrap: from the first model call to the statement
+    that produces the tensor passed to `.backward()` (or the backward statement itself).
+
+    Returns (block, start, end, first model call) with `block.body[start:end + 1]` the range,
+    or (None, None, None, first model call) when the step has no such simple shape.
+    """
+    where = enclosing_block(facts, backward)
+    if where is None or isinstance(where[0], cst.Module):
+        return None, None, None, None
+    block, bi = where
+    body = list(block.body)
+    if include_backward:
+        end = bi
+    else:
+        name = _backward_tensor_name(backward)
+        end = None
+        if name is not None:
+            bs = facts.lookup(name, backward)
+            if len(bs) == 1 and bs[0].how in ("expr", "unpack") and bs[0].site is not None:
+                stmt = facts.parent(bs[0].site)
+                for i in range(bi):
+                    if body[i] is stmt:
+                        end = i
+            if end is not None:
+                # `loss += aux` / `loss = loss / k` style updates between binding and backward.
+                for k in range(end + 1, bi):
+                    st = body[k]
+                    if isinstance(st, cst.SimpleStatementLine) and any(
+                        isinstance(s, cst.AugAssign) and isinstance(s.target, cst.Name) and s.target.value == name
+                        for s in st.body
+                    ):
+                        end = k
+    lo = 0
+    for i in range(bi - 1, -1, -1):
+        if _contains(facts, body[i], lambda c: _is_step_boundary(facts, c)):
+            lo = i + 1
+            break
+    first_call = None
+    start = None
+    for i in range(lo, bi + 1):
+        for n in iter_nodes(body[i]):
+            if isinstance(n, cst.Call) and is_model_call(facts, n) and facts.scope_of(n) is facts.scope_of(backward):
+                if first_call is None or facts.order[n] < facts.order[first_call]:
+                    first_call = n
+        if first_call is not None:
+            start = i
+            break
+    if first_call is None or end is None or start is None or start > end:
+        return None, None, None, first_call
+    for st in body[start:end + 1]:
+        if _contains(facts, st, lambda c: _is_step_boundary(facts, c)) and not include_backward:
+            return None, None, None, first_call
+        if any(isinstance(n, (cst.Yield, cst.Await)) for n in iter_nodes(st)):
+            return None, None, None, first_call
+    return block, start, end, first_call
+
+
+COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def throttled_in_loop(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> bool | None:
+    """None when `node` is in no loop of `scope`; True when it sits in a loop but not on every
+    iteration (`if step % N == 0:`); False when it runs on every iteration of a loop."""
+    cur = node
+    seen_loop = False
+    own = facts.parent(node) if isinstance(node, cst.CompFor) else None
+    for anc in facts.ancestors(node):
+        if anc is scope:
+            break
+        if isinstance(anc, cst.CompFor) or (isinstance(anc, COMPREHENSIONS) and anc is not own):
+            if not (isinstance(anc, cst.CompFor) and anc.iter is cur):
+                return False  # inside another comprehension's loop
+        if isinstance(anc, (cst.For, cst.While)) and cur is anc.body:
+            seen_loop = True
+            if facts.runs_each_time(node, anc, nested_functions=False):
+                return False
+        if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+            return False  # a nested function: may run any number of times
+        cur = anc
+    return True if seen_loop else None
+
+
+def file_trains(facts: Facts) -> bool:
+    return bool(facts.training_loops()) or any(
+        facts.step_function_kind(fn) == "train" for fn in facts.index[cst.FunctionDef])
+
+
+def trains_in(facts: Facts, node: cst.CSTNode) -> bool:
+    """Whether the code under `node` runs a training step: backward, an optimizer step, or a
+    call of a function of this file that is a training step."""
+    for c in facts.calls_within(node):
+        if facts.is_backward_call(c) or facts.is_optimizer_step(c) or facts.is_scaler_call_step(c):
+            return True
+        f = c.func
+        name = f.value if isinstance(f, cst.Name) else (
+            f.attr.value if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self"
+            else None)
+        if name and any(facts.step_function_kind(fn) == "train" for fn in facts.functions_by_name.get(name, ())):
+            return True
+    return False
+
+
+def runs_once(facts: Facts, scope: cst.CSTNode, depth: int = 0) -> bool:
+    """`scope` (the module, or the function that builds the loader) runs once per run: the
+    module, a `main` function, or a top-level function every call of which in this file sits
+    outside any loop, in code that itself runs once."""
+    if not isinstance(scope, cst.FunctionDef):
+        return True
+    if depth > 3 or facts.enclosing_class(scope) is not None or facts.step_function_kind(scope) is not None:
+        return False
+    name = scope.name.value
+    if facts.project is not None and facts.parent(scope) is facts.module and not file_trains(facts) \
+            and facts.project.called_from_training(name):
+        return False  # a training script elsewhere calls it (an evaluation every epoch)
+    calls = facts.calls_named(name)
+    if not calls:
+        return name in ("main", "run", "_main")
+    for c in calls:
+        host = facts.enclosing_function(c) or facts.module
+        if throttled_in_loop(facts, c, host) is not None or not runs_once(facts, host, depth + 1):
+            return False
+    return True

@@ -1,0 +1,273 @@
+"""PF502 accumulation-without-no-sync: DDP gradient accumulation all-reduces on every micro-batch."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from perflint.edits import code
+from perflint.analysis import Facts, call_name, get_arg, iter_nodes, literal_value
+from perflint.rules.base import Rule, Violation
+from perflint.rules.common import (
+    enclosing_block,
+    forward_range,
+    insert_after_imports,
+    is_model_call,
+    words,
+    wrap_in_with,
+)
+
+
+DDP = "torch.nn.parallel.DistributedDataParallel"
+_PURE_CALLS = {"len", "int", "min", "max", "abs"}
+
+
+def _ddp_binding(facts: Facts, expr: cst.BaseExpression) -> cst.Call | None:
+    """The `DistributedDataParallel(...)` call `expr` is unconditionally bound to."""
+    if isinstance(expr, cst.Name):
+        bs = facts.lookup(expr.value, expr)
+    elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+        bs = facts.self_attr_bindings(expr)
+    else:
+        return None
+    if len(bs) != 1 or bs[0].how != "expr" or not isinstance(bs[0].node, cst.Call):
+        return None
+    node = bs[0].node
+    if facts.qualname(node.func) != DDP or bs[0].site is None:
+        return None
+    scope = facts.scope_of(bs[0].site)
+    for a in facts.ancestors(bs[0].site):
+        if a is scope:
+            break
+        if isinstance(a, (cst.If, cst.Try, cst.For, cst.While, cst.With, cst.Match)):
+            return None  # only wrapped on some runs: `no_sync` would not exist on the others
+    return node
+
+
+def _static_graph_possible(call: cst.Call) -> bool:
+    if any(a.star == "**" for a in call.args):
+        return True
+    arg = get_arg(call, "static_graph")
+    return arg is not None and literal_value(arg.value) is not False
+
+
+def _pure(expr: cst.BaseExpression) -> bool:
+    for n in iter_nodes(expr):
+        if isinstance(n, cst.Call):
+            if not (isinstance(n.func, cst.Name) and n.func.value in _PURE_CALLS):
+                return False
+        elif isinstance(n, (cst.Lambda, cst.NamedExpr, cst.Await, cst.Yield, cst.Subscript, cst.ListComp,
+                            cst.GeneratorExp, cst.DictComp, cst.SetComp)):
+            return False
+    return True
+
+
+def _read_names(expr: cst.BaseExpression) -> set[str]:
+    out = set()
+    for n in iter_nodes(expr):
+        if isinstance(n, (cst.Name, cst.Attribute)):
+            text = code(n)
+            out.add(text.split(".", 1)[0])
+    return out
+
+
+def _assigned_names(stmt: cst.CSTNode) -> set[str]:
+    out = set()
+    for n in iter_nodes(stmt):
+        targets = []
+        if isinstance(n, cst.Assign):
+            targets = [t.target for t in n.targets]
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)):
+            targets = [n.target]
+        elif isinstance(n, cst.AsName):
+            targets = [n.name]
+        for t in targets:
+            for m in iter_nodes(t):
+                if isinstance(m, cst.Name):
+                    out.add(m.value)
+        if isinstance(n, (cst.Global, cst.Nonlocal)):
+            out.add("*")
+    return out
+
+
+class AccumulationWithoutNoSync(Rule):
+    """
+    ## What it does
+    Flags the `.backward()` call of a gradient-accumulation loop on a DistributedDataParallel
+    model — backward on every iteration, the optimizer step only under a `% k` condition — in
+    a file that never uses `no_sync()`.
+
+    ## Why is this bad?
+    DDP all-reduces gradients after every backward. With accumulation over k micro-batches,
+    k − 1 of those all-reduces are wasted: all-reduce is linear, so reducing once at the step
+    gives the same gradients. The performance tuning guide: "`no_sync()` should be applied to
+    first N-1 iterations of gradient accumulation". Not measured yet (no multi-GPU
+    measurement); the saving is (k − 1)/k of the gradient communication.
+
+    ## Example
+    ```python
+    for i, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y) / k
+        loss.backward()
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+    ```
+
+    ## Use instead
+    ```python
+    for i, (x, y) in enumerate(loader):
+        with contextlib.nullcontext() if (i + 1) % k == 0 else model.no_sync():
+            loss = criterion(model(x), y) / k
+            loss.backward()
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+    ```
+
+    ## Fix safety
+    **Unsafe.** The fix wraps the forward *and* the backward (the DDP docstring: "The forward
+    pass should be included inside the context manager, or else gradients will still be
+    synchronized") in `model.no_sync()` on the steps that do not call the optimizer, adding
+    `import contextlib` if needed. It is only offered when:
+    the model name is bound unconditionally to `DistributedDataParallel(...)` in this file
+    (a model wrapped only on multi-GPU runs has no `no_sync` on the others); that call has no
+    `static_graph` argument and no `**kwargs` (`static_graph=True` with `no_sync()` fails with
+    "expect_autograd_hooks_ INTERNAL ASSERT FAILED", and once unblocked silently stops
+    all-reducing, pytorch #143580); the step condition is a side-effect-free expression whose
+    names are not reassigned between the forward and the condition (it is evaluated twice);
+    and forward, loss and backward sit in the same block as the condition. Parameters can
+    still differ from the original by all-reduce rounding (one reduction of a sum instead of a
+    sum of reductions). FSDP needs `set_requires_gradient_sync` instead and is not handled.
+
+    ## Applies to
+    All torch versions with DDP; multi-process training (the file constructs
+    `torch.nn.parallel.DistributedDataParallel`).
+
+    ## References
+    - PyTorch performance tuning guide, "Skip unnecessary all-reduce if training with
+      DistributedDataParallel and gradient accumulation"
+    - `torch.nn.parallel.DistributedDataParallel.no_sync` docstring
+    - pytorch issue #143580 (`static_graph=True` with `no_sync()`)
+    """
+
+    code = "PF502"
+    name = "accumulation-without-no-sync"
+    summary = "DDP gradient accumulation all-reduces on every micro-batch"
+    fix_class = "unsafe"
+    tokens = (b"DistributedDataParallel",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        if not facts.calls_to(DDP) or words(facts).name_contains("no_sync", "set_requires_gradient_sync"):
+            return
+        found = []
+        for call in facts.calls():
+            if call_name(call) != "backward" or not facts.is_backward_call(call):
+                continue
+            ctx = facts.iteration_context(call)
+            if ctx is None or ctx.kind != "train" or not isinstance(ctx.node, (cst.For, cst.While)):
+                continue
+            guard = self._accumulation_guard(facts, ctx.node)
+            if guard is None or not self._loop_uses_ddp(facts, ctx.node):
+                continue
+            found.append((call, ctx.node, guard))
+        if not found:
+            return
+        ctx_name, needs_import = self._nullcontext(facts)
+        for call, loop, guard in found:
+            plan = None
+            repl = self._rewrite(facts, call, guard, ctx_name)
+            if repl is not None and needs_import:
+                extra = insert_after_imports(facts, "import contextlib", after_settings=False)
+                repl = None if extra is None or set(extra) & set(repl) else {**repl, **extra}
+            if repl is not None:
+                plan = self.unsafe("Skip the all-reduce on accumulation steps with `no_sync()`", repl)
+            yield Violation(
+                call,
+                "gradient accumulation on a DDP model all-reduces after every backward; run the "
+                "forward and backward of the non-step iterations under `model.no_sync()`",
+                plan,
+            )
+
+    @staticmethod
+    def _loop_uses_ddp(facts: Facts, loop: cst.CSTNode) -> bool:
+        """A model called in the loop is the DDP model, or may be (a parameter, unresolved)."""
+        for c in facts.calls_within(loop):
+            if not is_model_call(facts, c):
+                continue
+            if _ddp_binding(facts, c.func) is not None:
+                return True
+            if isinstance(c.func, cst.Name):
+                bs = facts.lookup(c.func.value, c.func)
+                if not bs or all(b.how == "param" for b in bs):
+                    return True
+                if any(b.how == "expr" and isinstance(b.node, cst.Call) and facts.qualname(b.node.func) == DDP for b in bs):
+                    return True
+        return False
+
+    @staticmethod
+    def _accumulation_guard(facts: Facts, loop: cst.CSTNode) -> cst.If | None:
+        """The `if step % k …:` that holds the loop's optimizer step (and no unguarded step)."""
+        guard = None
+        for c in facts.calls_within(loop):
+            if not facts.is_optimizer_step(c):
+                continue
+            ctx = facts.iteration_context(c)
+            if ctx is not None and ctx.node is loop:
+                return None  # a step every iteration: no accumulation
+            outer_if = None
+            for a in facts.ancestors(c):
+                if a is loop or isinstance(a, (cst.FunctionDef, cst.Lambda, cst.For, cst.While)):
+                    break
+                if isinstance(a, cst.If):
+                    outer_if = a
+            if outer_if is None or not any(
+                isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
+                for n in iter_nodes(outer_if.test)
+            ):
+                continue
+            if guard is not None and guard is not outer_if:
+                return None
+            guard = outer_if
+        return guard
+
+    @staticmethod
+    def _nullcontext(facts: Facts) -> tuple[str, bool]:
+        for local, full in sorted(facts.imports.aliases.items()):
+            if full == "contextlib.nullcontext":
+                return f"{local}()", False
+        for local, full in sorted(facts.imports.aliases.items()):
+            if full == "contextlib":
+                return f"{local}.nullcontext()", False
+        return "contextlib.nullcontext()", True
+
+    @staticmethod
+    def _rewrite(facts: Facts, backward: cst.Call, guard: cst.If, ctx_name: str) -> dict | None:
+        block, start, end, first = forward_range(facts, backward, include_backward=True)
+        if block is None or first is None:
+            return None
+        model = first.func
+        ddp = _ddp_binding(facts, model)
+        if ddp is None or _static_graph_possible(ddp):
+            return None
+        where = enclosing_block(facts, guard)
+        if where is None or where[0] is not block or where[1] <= end:
+            return None
+        body = list(block.body)
+        test = guard.test
+        if not _pure(test):
+            return None
+        reads = _read_names(test)
+        for st in body[start:where[1]]:
+            changed = _assigned_names(st)
+            if "*" in changed or changed & reads:
+                return None
+        # Every backward of the loop must be inside the wrapped range.
+        for c in facts.calls_within(block):
+            if facts.is_backward_call(c) and not any(facts.is_inside(c, st) for st in body[start:end + 1]):
+                return None
+        test_code = code(test.with_changes(lpar=[], rpar=[])) if not isinstance(test, (cst.BooleanOperation, cst.IfExp)) else f"({code(test)})"
+        item = f"{ctx_name} if {test_code} else {code(model)}.no_sync()"
+        new_body = body[:start] + [wrap_in_with(body[start:end + 1], item)] + body[end + 1:]
+        return {block: block.with_changes(body=new_body)}

@@ -1,0 +1,140 @@
+"""PF503 data-parallel: nn.DataParallel instead of DistributedDataParallel."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from perflint.analysis import Facts, call_name, iter_nodes, literal_value
+from perflint.names import dotted
+from perflint.rules.base import Rule, Violation
+from perflint.rules.common import file_trains, trains_in, is_training_file, runs_once
+
+
+class DataParallel(Rule):
+    """
+    ## What it does
+    Flags `torch.nn.DataParallel(...)` (through any import path).
+
+    ## Why is this bad?
+    `DataParallel` drives every GPU from one Python process: it replicates the module on every
+    forward, scatters inputs and gathers outputs through the first GPU, and its threads share
+    the GIL. The PyTorch documentation: "It is recommended to use DistributedDataParallel,
+    instead of this class, to do multi-GPU training, even if there is only a single node."
+    Not measured here (no multi-GPU measurement).
+
+    ## Example
+    ```python
+    model = nn.DataParallel(model).cuda()
+    ```
+
+    ## Use instead
+    ```python
+    # launched with: torchrun --nproc_per_node=NUM_GPUS train.py
+    dist.init_process_group("nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    model = DistributedDataParallel(model.cuda(local_rank), device_ids=[local_rank])
+    ```
+    with a `DistributedSampler` for the DataLoader.
+
+    ## Fix safety
+    No fix: moving to DDP changes how the script is launched, how data is sharded and where
+    checkpoints and logs are written.
+
+    ## Applies to
+    All torch versions; multi-GPU CUDA code. Not in the `else:` of `if
+    torch.cuda.is_available():` (CPU only: nothing is replicated), and not in a file that
+    does not train when the wrapper is built at module level or in a function run once (a
+    prediction or validation script's `main`); a factory nothing in the file calls is still
+    reported (a training script elsewhere may use it). In a file that trains, not in a
+    function named for sampling or evaluation (`sample`, `test`, `evaluate`, `generate` …)
+    that runs no training step itself. Not in a file that also builds
+    `DistributedDataParallel` (DataParallel is then the single-process fallback of a script
+    that has the DDP path), nor under `if flag:` with `flag` bound only to False.
+
+    ## References
+    - `torch.nn.DataParallel` documentation
+    - PyTorch performance tuning guide, "Use DistributedDataParallel instead of DataParallel"
+    """
+
+    code = "PF503"
+    name = "data-parallel"
+    summary = "nn.DataParallel instead of DistributedDataParallel"
+    tokens = (b"DataParallel",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        trains = is_training_file(facts) or file_trains(facts)
+        if facts.calls_to("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"):
+            return  # DataParallel is the single-process fallback next to a DDP path the file has
+        for call in facts.calls_to("torch.nn.DataParallel"):
+            if _cpu_only_branch(facts, call) or _dead_branch(facts, call):
+                continue  # `else:` of `if torch.cuda.is_available():`, `parallel = False; if parallel:`
+            fn = facts.enclosing_function(call)
+            if not trains:
+                if fn is None or runs_once(facts, fn) or _used_outside_training(facts, fn):
+                    continue  # a prediction, indexing or validation tool: no training step
+            elif fn is not None and _NOT_TRAINING_FN.search(fn.name.value) and not trains_in(facts, fn):
+                continue  # `def sample(self):` wraps the model to sample or evaluate, not to train
+            yield Violation(
+                call,
+                "`nn.DataParallel` runs all GPUs from one process (GIL-bound, replicates the model "
+                "every step); use `DistributedDataParallel` launched with `torchrun`",
+            )
+
+
+def _used_outside_training(facts: Facts, fn: cst.FunctionDef) -> bool:
+    """In a file that does not train: the top-level function around `fn` is called by this
+    file's own code (its tool runs it).  A factory called from nowhere in the file may be
+    what a training script builds its model with (score_sde's create_model), and stays."""
+    top = fn
+    for anc in facts.ancestors(fn):
+        if isinstance(anc, (cst.FunctionDef, cst.ClassDef)):
+            top = anc
+    if not isinstance(top, cst.FunctionDef) or facts.parent(top) is not facts.module:
+        return False
+    name = top.name.value
+    return any(isinstance(c.func, cst.Name) and c.func.value == name and not facts.is_inside(c, top)
+               for c in facts.calls())
+
+
+def _dead_branch(facts: Facts, node: cst.CSTNode) -> bool:
+    """`node` sits under `if flag:` where `flag` is a local or module name bound only to False
+    (`parallel = False` … `if parallel:`): the branch never runs."""
+    cur = node
+    for anc in facts.ancestors(node):
+        if isinstance(anc, cst.If) and cur is anc.body and isinstance(anc.test, cst.Name):
+            bs = facts.lookup(anc.test.value, anc.test)
+            if bs and all(b.how == "expr" and literal_value(b.node) is False for b in bs):
+                return True
+        cur = anc
+    return False
+
+
+_NOT_TRAINING_FN = re.compile(r"^_?(sample|sampling|test|eval|evaluate|valid|validate|validation|generate|infer|"
+                              r"inference|predict|fid|visuali[sz]e|demo)", re.I)
+
+
+def _cpu_only_branch(facts: Facts, node: cst.CSTNode) -> bool:
+    """`node` runs only without CUDA: in the `else:` of `if torch.cuda.is_available():` (or of
+    a test on a name such as `use_cuda`), or under `if not torch.cuda.is_available():`."""
+    cur = node
+    for anc in facts.ancestors(node):
+        if isinstance(anc, cst.If):
+            test = anc.test
+            negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+            inner = test.expression if negated else test
+            cuda_test = any(
+                (isinstance(n, cst.Call) and call_name(n) == "is_available"
+                 and "cuda" in (facts.qualname(n.func) or dotted(n.func) or ""))
+                or (isinstance(n, cst.Name) and re.search(r"cuda|gpu", n.value, re.I))
+                for n in iter_nodes(inner)
+            ) and not isinstance(inner, (cst.BooleanOperation, cst.Comparison))
+            if cuda_test and ((cur is anc.orelse and not negated) or (cur is anc.body and negated)):
+                return True
+        if isinstance(anc, (cst.FunctionDef, cst.ClassDef)):
+            break
+        cur = anc
+    return False

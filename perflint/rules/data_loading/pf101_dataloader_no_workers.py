@@ -1,0 +1,339 @@
+"""PF101 dataloader-no-workers: DataLoader loads data in the main process (num_workers missing or 0)."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from perflint.edits import add_arg, make_kwarg, parse_expr, parse_stmt, replace_arg_value
+from perflint.analysis import NOT_LITERAL, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
+from perflint.names import dotted
+from perflint.rules.base import Rule, Violation
+from perflint.rules.data_loading.helpers import (
+    dataloaders,
+    function_node,
+    resolved,
+    dataset_origin,
+    iterated_once,
+    loader_arg,
+    loader_options,
+    read_cheaply,
+    token_collator,
+)
+
+
+def in_memory_tensors(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -> bool:
+    """The dataset is a `TensorDataset` (directly or through a name bound once): indexing a
+    tensor is all a sample costs, so worker processes only add inter-process copies."""
+    if expr is None or depth > 5:
+        return False
+    if isinstance(expr, cst.Name):
+        bs = facts.lookup(expr.value, expr)
+        return len(bs) == 1 and bs[0].how == "expr" and in_memory_tensors(facts, bs[0].node, depth + 1)
+    if isinstance(expr, cst.Attribute):
+        bs = facts.self_attr_bindings(expr)
+        return len(bs) == 1 and bs[0].how == "expr" and in_memory_tensors(facts, bs[0].node, depth + 1)
+    return isinstance(expr, cst.Call) and facts.qualname(expr.func) == "torch.utils.data.TensorDataset"
+
+
+def cheap_samples(facts: Facts, opts: dict) -> bool:
+    """The loader's samples cost next to nothing: a TensorDataset, or a Dataset class (of this
+    file or the project) that only indexes data already in memory or slices a memory-mapped
+    token file, with no collate_fn or one that only pads and stacks (a tokenised corpus, a
+    replay buffer).  Worker processes would only add inter-process copies."""
+    dataset = opts.get("dataset")
+    if in_memory_tensors(facts, dataset):
+        return True
+    node = resolved(facts, dataset) if dataset is not None else None
+    if isinstance(node, cst.Attribute):
+        bs = facts.self_attr_bindings(node)
+        node = bs[0].node if len(bs) == 1 and bs[0].how == "expr" else node
+    if not isinstance(node, cst.Call):
+        return False
+    cls = facts.classes_by_name.get(node.func.value) if isinstance(node.func, cst.Name) else None
+    if cls is not None:
+        if cls.name.value not in facts.dataset_classes or not facts.cheap_samples_class(cls):
+            return False
+        kinds: frozenset = frozenset()
+    else:
+        kinds = facts.project_class_kinds(node.func)
+        if "cheap_samples" not in kinds:
+            return False
+    collate = opts.get("collate_fn")
+    if collate is None or literal_value(collate) is None:
+        return True
+    if isinstance(collate, cst.Attribute) and collate.attr.value == "collate_fn":
+        # `collate_fn=dataset.collate_fn`: the dataset class's own method.
+        if cls is not None:
+            fn = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "collate_fn"),
+                      None) if isinstance(cls.body, cst.IndentedBlock) else None
+            return fn is not None and facts.pad_only_collate(fn)
+        return "pad_collate" in kinds
+    fn = function_node(facts, collate)
+    return isinstance(fn, (cst.FunctionDef, cst.Lambda)) and facts.pad_only_collate(fn)
+
+
+_WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "multiprocessing_context", "worker_init_fn")
+
+
+class DataLoaderNoWorkers(Rule):
+    """
+    ## What it does
+    Flags `torch.utils.data.DataLoader(...)` calls whose `num_workers` is missing or a literal
+    `0` (by keyword or as the sixth positional argument).
+
+    ## Why is this bad?
+    With `num_workers=0` every batch is loaded, decoded and augmented in the training
+    process, between optimizer steps: the GPU sits idle while the CPU prepares the next
+    batch. The PyTorch performance tuning guide calls this synchronous loading. The size of
+    the gain depends on how expensive a sample is to produce; not measured here as a single
+    number (see `perflint verify` for a measurement on your own script).
+
+    ## Example
+    ```python
+    loader = DataLoader(dataset, batch_size=64, shuffle=True)
+    ```
+
+    ## Use instead
+    ```python
+    loader = DataLoader(dataset, batch_size=64, shuffle=True,
+                        num_workers=min(8, os.cpu_count() or 1))
+    ```
+
+    ## Fix safety
+    **Unsafe**: sets `num_workers=min(8, os.cpu_count() or 1)` (adding `import os`), adds
+    `persistent_workers=True` when the loader is read more than once and the target torch is
+    1.7 or newer (workers then start once, not every epoch) and `pin_memory=True` in CUDA code. Worker processes change what
+    a program does in ways a reader must check, so the fix is offered only when the file
+    shows the dataset is safe in workers: a torchvision/torchaudio dataset, or a map-style
+    Dataset class defined at the top level of the file (an IterableDataset only when it
+    shards with `torch.utils.data.get_worker_info()`, else every worker yields the whole
+    stream), whose `__getitem__` writes no shared state (`self.…` or globals: each worker
+    has its own copy), holding no tensors on a device (CUDA cannot be used in forked
+    workers), and with no lambda or nested function as dataset argument or `collate_fn`
+    (the spawn start method must pickle them). No fix for a dataset from another module or
+    a function: its code is not in view. No fix either when importing the file runs a loop
+    or one of its own functions outside `if __name__ == "__main__":`: with the spawn or
+    forkserver start method (Windows, macOS; Linux from Python 3.14) every worker imports the
+    main module again, and the script fails with "An attempt has been made to start a new
+    process before the current process has finished its bootstrapping phase" (reproduced
+    with forkserver on the CPU). Check yourself, after the fix: random augmentations in
+    workers: since torch 1.9 each worker seeds Python's `random`
+    and torch from the loader's base seed, and numpy's global generator too as of torch
+    2.x (`_worker_loop` seeds `numpy.random` when numpy is importable); older versions gave
+    every worker the same numpy state. A seeded map-style dataset read once keeps its loss
+    trajectory exactly: the sampler runs in the main process. With `persistent_workers=True`,
+    epochs after the first see the same samples in another order: a kept worker pool no
+    longer draws a base seed from the global generator before each shuffle (both tested on
+    the CPU, `tests/test_dynamic_fixes.py`).
+
+    ## Applies to
+    All torch versions; CPU and CUDA. `DataLoader(ds, **kw)` is read through `kw` when it is
+    a dict literal, `dict(...)` or `{**a, **b}` updated only with such values in reach (the
+    `train_kwargs.update(cuda_kwargs)` shape); an unknown `**kw` is left alone. A
+    `num_workers` that is an option (`args.workers`, `cfg.num_workers`) is reported when its
+    default (argparse, a config dataclass or dict, in this file or a project module it
+    imports) is 0 — unless the call also passes a worker-only option (`persistent_workers`,
+    `prefetch_factor`, `multiprocessing_context`, `worker_init_fn`): the author runs with
+    workers, and what the default 0 breaks is PF104's finding. Not reported for a loader that
+    feeds no training pass and no repeated evaluation: one batch read once
+    (`next(iter(DataLoader(ds, batch_size=len(ds))))`, a loop that ends in `break`), one pass
+    that is not itself training (a final test after training, `list(loader)`, a prediction
+    script or a dataset's `__main__` self-check run once), a sample batch read under `if step
+    % N == 0:`, or a local loader never read; `len(loader)` and `loader.__len__()` are not
+    reads. A loader that is returned, stored or handed to unknown code may feed training and
+    is still reported. A local name bound to 0 is the user's choice and left alone. So are loaders over
+    a `TensorDataset`: a sample is a tensor index, and workers only add inter-process copies (measured: an epoch of 100,000 × 64 floats at
+    batch 512 took 0.47–0.75 s with no workers and 0.66–0.90 s with 2, five alternating
+    runs; torch 2.13, 2-core CPU, `python benchmarks/tensor_dataset_workers.py --repeats 5`).
+
+    ## References
+    - PyTorch performance tuning guide, "Enable asynchronous data loading"
+    - TorchFix TOR401 (the same check, without a message on what to use)
+    """
+
+    code = "PF101"
+    name = "dataloader-no-workers"
+    summary = "DataLoader loads data in the main process (num_workers missing or 0)"
+    fix_class = "unsafe"
+    tokens = (b"DataLoader",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        for call in dataloaders(facts):
+            opts = loader_options(facts, call)
+            if opts is None:
+                continue
+            value = opts.get("num_workers")
+            why = ""
+            if value is not None:
+                v = literal_value(value)
+                if v is NOT_LITERAL:
+                    # A name bound to 0 in the file is the user's choice; an option whose
+                    # default is 0 (argparse, a config field) loads in-process unless changed.
+                    found, default = facts.option_default(value)
+                    if not found or default != 0:
+                        continue
+                    why = f"`num_workers={dotted(value)}` (default 0)" if dotted(value) else "`num_workers` (default 0)"
+                elif v != 0:
+                    continue
+            if cheap_samples(facts, opts) or token_collator(facts, opts.get("collate_fn")):
+                continue  # in-memory, memory-mapped or tokenised samples: workers only add copies
+            if why and any(k in opts for k in _WORKER_ONLY_OPTIONS):
+                # `num_workers=args.workers` with `persistent_workers=True`/`prefetch_factor`:
+                # the author runs with workers; what the default 0 breaks is PF104's finding.
+                continue
+            if read_cheaply(facts, call):
+                continue  # one batch, a final test, a sample every N steps: nothing to overlap
+            arg = next((a for a in call.args if a.value is value), None) if value is not None else None
+            what = why or ("`num_workers=0`" if value is not None else "no `num_workers`")
+            yield Violation(
+                arg if arg is not None else call,
+                f"DataLoader with {what} loads every batch in the training process; use worker "
+                "processes, e.g. `num_workers=min(8, os.cpu_count() or 1)` (an IterableDataset "
+                "must shard with get_worker_info(), or each worker repeats the data)",
+                self._fix(facts, call, arg) if not why else None,
+            )
+
+    def _fix(self, facts: Facts, call: cst.Call, arg: cst.Arg | None):
+        """Workers from the machine's core count, `persistent_workers=True` for a loader read
+        more than once, `pin_memory=True` in CUDA code; only when the dataset and collate_fn
+        are known to be safe in worker processes (see `workers_safe`)."""
+        if has_splat(call) or (arg is not None and arg.keyword is None):
+            return None
+        dataset = loader_arg(call, "dataset")
+        if dataset is None or workers_safe(facts, call, dataset.value) is not None:
+            return None
+        if runs_loaders_on_import(facts):
+            return None
+        value = parse_expr("min(8, os.cpu_count() or 1)")
+        new = replace_arg_value(call, arg, value) if arg is not None else add_arg(call, make_kwarg("num_workers", value))
+        added = ["`num_workers=min(8, os.cpu_count() or 1)`"]
+        if loader_arg(call, "persistent_workers") is None and not iterated_once(facts, call) \
+                and facts.target_torch >= (1, 7):
+            new = add_arg(new, make_kwarg("persistent_workers", "True"))
+            added.append("`persistent_workers=True`")
+        if facts.is_cuda_code and loader_arg(call, "pin_memory") is None and get_arg(call, "pin_memory_device") is None:
+            new = add_arg(new, make_kwarg("pin_memory", "True"))
+            added.append("`pin_memory=True`")
+        replacements: dict = {call: new}
+        if not _imports_os(facts):
+            anchor = _first_import(facts)
+            if anchor is None:
+                return None
+            replacements[anchor] = cst.FlattenSentinel([
+                parse_stmt("import os\n").with_changes(leading_lines=anchor.leading_lines),
+                anchor.with_changes(leading_lines=[]),
+            ])
+        return self.unsafe("Add " + ", ".join(added), replacements)
+
+
+def runs_loaders_on_import(facts: Facts) -> bool:
+    """Whether importing the file runs code that may iterate a loader: a loop, or a call of
+    one of its own functions, at the top level outside `if __name__ == "__main__":`.  With
+    the spawn or forkserver start method (macOS, Windows; Linux from Python 3.14) each worker
+    imports the main module again, and such a script then fails with "An attempt has been
+    made to start a new process before the current process has finished its bootstrapping
+    phase"."""
+    local = set(facts.functions_by_name)
+    for stmt in facts.module.body:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(stmt, cst.If) and _is_main_guard(stmt.test):
+            continue
+        for n in iter_nodes(stmt):
+            if isinstance(n, (cst.For, cst.While, cst.CompFor)):
+                return True
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in local:
+                return True
+    return False
+
+
+def _is_main_guard(test: cst.BaseExpression) -> bool:
+    return isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and {
+        dotted(test.left), literal_value(test.comparisons[0].comparator)} == {"__name__", "__main__"}
+
+
+def _imports_os(facts: Facts) -> bool:
+    for stmt in facts.module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Import) and any(
+                        dotted(a.name) == "os" and a.asname is None for a in small.names):
+                    return True
+    return False
+
+
+def _first_import(facts: Facts) -> cst.SimpleStatementLine | None:
+    """The first top-level import after any `from __future__` imports."""
+    for stmt in facts.module.body:
+        if isinstance(stmt, cst.SimpleStatementLine) and any(
+                isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+            if any(isinstance(s, cst.ImportFrom) and dotted(s.module) == "__future__" for s in stmt.body
+                   if isinstance(s, cst.ImportFrom) and s.module is not None):
+                continue
+            return stmt
+    return None
+
+
+_MUTATORS = {"append", "extend", "update", "pop", "add", "insert", "remove", "clear", "setdefault", "__setitem__"}
+
+
+def workers_safe(facts: Facts, call: cst.Call, dataset: cst.BaseExpression) -> str | None:
+    """None when worker processes provably read this loader's dataset as the main process
+    would, else the reason they may not: an IterableDataset that does not shard with
+    `get_worker_info()`, data on a device, a dataset or collate_fn that spawn cannot pickle
+    (a lambda, a class or function defined inside a function), a `__getitem__` that writes
+    shared state, or a dataset this file cannot see."""
+    collate = loader_arg(call, "collate_fn")
+    if collate is not None and literal_value(collate.value) is not None:
+        fn = function_node(facts, collate.value)
+        if fn is None or isinstance(fn, cst.Lambda) or facts.enclosing_function(fn) is not None:
+            return "collate_fn"
+    for opt in ("worker_init_fn", "sampler", "batch_sampler"):
+        a = loader_arg(call, opt)
+        if a is not None and isinstance(a.value, cst.Lambda):
+            return opt
+    node = resolved(facts, dataset)
+    if not isinstance(node, cst.Call):
+        return "unknown dataset"
+    if any(isinstance(n, cst.Lambda) for n in iter_nodes(node)):
+        return "lambda"
+    if dataset_origin(facts, node) == "device":
+        return "device"
+    q = facts.qualname(node.func) or ""
+    if q.startswith(("torchvision.datasets.", "torchaudio.datasets.")):
+        return None
+    if not isinstance(node.func, cst.Name):
+        return "unknown dataset"
+    cls = facts.classes_by_name.get(node.func.value)
+    if cls is None or node.func.value not in facts.dataset_classes or facts.parent(cls) is not facts.module:
+        return "unknown dataset"
+    iterable = any((facts.qualname(b.value) or dotted(b.value) or "").endswith("IterableDataset") for b in cls.bases)
+    if iterable and not any(call_name(c) == "get_worker_info" for c in facts.calls_within(cls)):
+        return "unsharded IterableDataset"
+    for item in cls.body.body:
+        if isinstance(item, cst.FunctionDef) and item.name.value in ("__getitem__", "__iter__", "__getitems__"):
+            if _writes_shared_state(item):
+                return "mutating __getitem__"
+    return None
+
+
+def _writes_shared_state(fn: cst.FunctionDef) -> bool:
+    for n in iter_nodes(fn.body):
+        if isinstance(n, (cst.Global, cst.Nonlocal)):
+            return True
+        targets = []
+        if isinstance(n, cst.Assign):
+            targets = [t.target for t in n.targets]
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign)):
+            targets = [n.target]
+        for t in targets:
+            for sub in iter_nodes(t):
+                if isinstance(sub, cst.Attribute) and isinstance(sub.value, cst.Name) and sub.value.value == "self":
+                    return True
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in _MUTATORS:
+            base = n.func.value
+            if isinstance(base, cst.Attribute) and isinstance(base.value, cst.Name) and base.value.value == "self":
+                return True
+    return False

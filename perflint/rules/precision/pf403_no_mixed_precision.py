@@ -1,0 +1,287 @@
+"""PF403 no-mixed-precision: CUDA training step without autocast."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from perflint.diagnostics import Severity
+from perflint.analysis import Facts, call_name, iter_nodes
+from perflint.rules.base import Rule, Violation
+from perflint.rules.common import (
+    forward_range,
+    is_model_call,
+    optimizes_inputs_only,
+    script_device,
+    torch_module_name,
+    updates_weights,
+    words,
+    wrap_in_with,
+)
+from perflint.rules.precision.helpers import (
+    FRAMEWORK_PRECISION,
+    casts_to_low_precision,
+    layer_qualnames,
+    settings_near,
+    uses_training_framework,
+)
+
+
+def script_device_test(facts: Facts, at: cst.CSTNode, region: cst.CSTNode | None = None,
+                       models_only: bool = False) -> str | None:
+    """See `script_device`; only the test."""
+    return script_device(facts, at, region, models_only)[0]
+
+
+_PRECISION_WORDS = re.compile(
+    r"(^|[_-])(fp16|bf16|mixed_precision|half_precision)([_-]|$)"
+    r"|^(--?)?((use|enable|enabled|with|no|disable|apply|do|native|torch|cuda)[_-])?amp([_-](dtype|enabled|level|mode|"
+    r"scaler|backend|opt_level|type))?$")
+
+
+# Calls before the first recognised model call that are not themselves a forward pass.
+_DATA_PREP_CALLS = {"cuda", "to", "float", "long", "half", "int", "bool", "double", "tensor", "as_tensor", "from_numpy",
+                    "randn", "rand", "randint", "zeros", "ones", "full", "arange", "zeros_like", "ones_like",
+                    "randn_like", "rand_like", "empty", "get", "item", "len", "range", "next", "min", "max", "train",
+                    "eval", "zero_grad", "unsqueeze", "squeeze", "view", "reshape", "permute", "contiguous",
+                    "detach", "clone", "cat", "stack", "split", "chunk", "size", "print", "int", "float", "str"}
+
+
+def _forward_starts_earlier(facts: Facts, block: cst.IndentedBlock, start: int, end: int) -> bool:
+    """A statement before the wrapped range binds, from a call that is not data preparation
+    (`outputs = net(x)` with `net` not recognised as a model), a name the range reads: the
+    forward pass begins before the first recognised model call, and wrapping from there would
+    leave that part in fp32 (SSL4MIS: the segmentation net before the discriminator)."""
+    body = list(block.body)
+    used = {n.value for st in body[start:end + 1] for n in iter_nodes(st) if isinstance(n, cst.Name)}
+    for st in body[:start]:
+        if not isinstance(st, cst.SimpleStatementLine):
+            continue
+        for small in st.body:
+            if not isinstance(small, cst.Assign):
+                continue
+            names = {n.value for t in small.targets for n in iter_nodes(t.target) if isinstance(n, cst.Name)}
+            if not names & used:
+                continue
+            calls = [n for n in iter_nodes(small.value) if isinstance(n, cst.Call)]
+            if any((call_name(c) or "") not in _DATA_PREP_CALLS and not is_model_call(facts, c)
+                   and not (facts.qualname(c.func) or "").startswith(
+                       ("torch.nn.functional.", "torch.softmax", "torch.sigmoid", "numpy.")) for c in calls):
+                return True  # (a recognised model call there is an earlier step's range)
+    return False
+
+
+def rebuild_block(block: cst.IndentedBlock, ranges: list[tuple[int, int, str]]) -> cst.IndentedBlock:
+    """`block` with each `body[start:end + 1]` wrapped in `with <item>:`."""
+    body = list(block.body)
+    out: list[cst.BaseStatement] = []
+    i = 0
+    for start, end, item in sorted(ranges):
+        out.extend(body[i:start])
+        out.append(wrap_in_with(body[start:end + 1], item))
+        i = end + 1
+    out.extend(body[i:])
+    return block.with_changes(body=out)
+
+
+_BCE = {"torch.nn.BCELoss", "torch.nn.functional.binary_cross_entropy"}
+_CUDNN_RNNS = {"torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN"}
+
+
+def _no_bf16_autocast_fix(facts: Facts) -> str | None:
+    """Why wrapping the step in bf16 autocast would break this file, or None."""
+    called = layer_qualnames(facts)
+    if called & _BCE:
+        return ("`BCELoss`/`binary_cross_entropy` raise under CUDA autocast (\"unsafe to autocast\"); "
+                "compute the loss from logits with `BCEWithLogitsLoss` inside it")
+    if called & _CUDNN_RNNS:
+        return ("under CUDA autocast cuDNN LSTM/GRU/RNN layers run in float16 whatever the dtype asked, "
+                "so the step needs float16 with a `torch.amp.GradScaler`")
+    if "torch.nn.DataParallel" in called:
+        return ("`nn.DataParallel` runs its replicas in threads that enter autocast without its dtype, "
+                "so they would run float16 without a `torch.amp.GradScaler`; move to DDP first (PF503)")
+    return None
+
+
+class NoMixedPrecision(Rule):
+    """
+    ## What it does
+    Flags a CUDA training step (a loop or step function that calls `.backward()`) whose
+    forward pass runs in full fp32, in a file that never uses `torch.autocast` or any other
+    mixed-precision mechanism. Reported once per training loop (a GAN's discriminator and
+    generator updates count as one step), at its first model call.
+
+    ## Why is this bad?
+    Tensor cores run bf16/fp16 matmuls and convolutions far faster than fp32: the PyTorch
+    performance tuning guide says mixed precision "offers up to 3x overall speedup on Volta
+    and newer GPU architectures". On an H100 80GB (torch 2.11, `python
+    benchmarks/rule_effects.py`; results in `benchmarks/results/h100/rule_effects/`): an
+    8-layer transformer training step (d 1024, 16 × 512 tokens) took 130.0 ms in fp32 and
+    22.8 ms under bf16 autocast (5.7×), while a small BatchNorm conv net went only from 18.5
+    to 16.6 ms (1.11×) in NCHW — 7.2 ms once it is also channels_last (PF408). The gain
+    depends on how much of the step is matmul/conv work.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        x, y = x.cuda(), y.cuda()
+        out = model(x)
+        loss = criterion(out, y)
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        x, y = x.cuda(), y.cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(x)
+            loss = criterion(out, y)
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Fix safety
+    **Unsafe.** It changes numerics (bf16 has an 8-bit mantissa), and bf16 is only fast on
+    compute capability ≥ 8.0 (Ampere and newer); on older GPUs use
+    `torch.autocast("cuda", dtype=torch.float16)` with a `torch.amp.GradScaler` instead
+    (note `torch.cuda.is_bf16_supported()` returns True on pre-Ampere GPUs by default, through
+    emulation). The fix wraps the statements from the first model call to the statement that
+    produces the tensor passed to `.backward()`, when they sit in the same block as the
+    backward call; `backward()` and the optimizer step stay outside, comments stay in place.
+    No fix when the loss is computed in the backward statement itself, or across blocks.
+    No fix either in files whose loss uses `acos`/`asin` (ArcFace / additive-angular-margin
+    losses): they clamp the cosine to `1 - 1e-7`, which bf16 rounds to 1.0, so under autocast
+    `acos` has an infinite gradient (NaN gradients, reproduced under CPU bf16 autocast), and
+    leaving the loss outside autocast feeds a bf16 embedding to fp32 margin weights
+    (`expected m1 and m2 to have the same dtype`). No fix, and a message that says why, when
+    the file calls `BCELoss`/`binary_cross_entropy` (CUDA autocast raises "unsafe to
+    autocast" for them: use `BCEWithLogitsLoss` on logits), builds `nn.LSTM`/`GRU`/`RNN`
+    layers (torch's autocast wrapper for cuDNN RNNs casts them to float16 whatever the dtype
+    asked, `aten/src/ATen/cudnn/AutocastRNN.cpp`, so they need a GradScaler), or uses
+    `nn.DataParallel` (its replica threads enter `autocast(enabled=...)` without the dtype,
+    `torch/nn/parallel/parallel_apply.py`, so they run float16), or builds custom C++/CUDA ops
+    (`torch.utils.cpp_extension`, in the file or a module it imports): kernels dispatched with
+    `AT_DISPATCH_FLOATING_TYPES_AND_HALF` raise "not implemented for 'BFloat16'" under bf16
+    autocast (stylegan2's fused_bias_act/upfirdn2d). bf16 needs no GradScaler:
+    it has fp32's exponent range. When the step runs on the script's own device (`x.to(device)`,
+    `.to(args.device)`, a `device` parameter) and that device may not be CUDA, the autocast
+    is enabled only there: `enabled=device.type == "cuda"` for a `torch.device`,
+    `enabled=torch.device(args.device).type == "cuda"` for a string option (right for either).
+    A `--device cpu` run then keeps fp32 — CPU bf16 autocast is its own trade-off: a small
+    MLP step ran 3–5× slower than in fp32 on a 2-core CPU without native bf16 (torch 2.13,
+    `python benchmarks/cpu_bf16_autocast.py`) — and gets no "CUDA is not available …
+    Disabling autocast" warning. The device expression must
+    be bound where the `with` goes (in its scope or an enclosing one, before it); a device
+    that is CUDA for sure (`.cuda()`, `"cuda"`), or none in reach, gives plain
+    `torch.autocast("cuda", …)`, which warns and disables itself on a CPU-only run.
+
+    ## Applies to
+    Target torch ≥ 1.10 (`torch.autocast`); CUDA code only. Silent in files that use
+    autocast, a GradScaler, Accelerate/Lightning/DeepSpeed/apex's amp or the transformers Trainer,
+    precision flags (`amp`, `fp16`, `bf16`, `mixed_precision`), or cast models to
+    half/bfloat16.
+
+    ## References
+    - PyTorch performance tuning guide, "Use mixed precision and AMP"
+    - PyTorch AMP documentation (`torch.amp`), autocast and GradScaler examples
+    """
+
+    code = "PF403"
+    name = "no-mixed-precision"
+    summary = "CUDA training step without autocast"
+    severity = Severity.INFO
+    fix_class = "unsafe"
+    min_torch = (1, 10)
+    tokens = (b"backward",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        if not facts.is_cuda_code or self._has_precision_setup(facts) or optimizes_inputs_only(facts):
+            return
+        near = settings_near(facts)[0]
+        if near & {"amp", "scaler"}:
+            return  # autocast or a scaler in the modules around (a trainer base class, a wrapper optimizer)
+        tn = torch_module_name(facts)
+        steps: list[tuple[cst.Call, object, int | None, int | None, cst.Call | None]] = []
+        loop_of: dict[cst.Call, cst.CSTNode] = {}
+        device_test: dict[cst.Call, str | None] = {}
+        for call in facts.calls():
+            if not facts.is_backward_call(call) or call_name(call) != "backward":
+                continue
+            ctx = facts.iteration_context(call)
+            if ctx is None or ctx.kind != "train" or not self._updates_weights(facts, ctx.node):
+                continue
+            block, start, end, first = forward_range(facts, call)
+            if first is None:
+                continue
+            if block is not None and _forward_starts_earlier(facts, block, start, end):
+                block = None  # reported, but the rewrite would leave part of the forward in fp32
+            steps.append((call, block, start, end, first))
+            loop_of[first] = ctx.node
+            device_test[first] = script_device_test(facts, first, ctx.node)
+        if not steps:
+            return
+        if words(facts).name_contains("acos", "asin", "arccos", "arcsin"):
+            # Margin losses (ArcFace/AAM) clamp to 1 - 1e-7, which bf16 rounds to 1: under
+            # autocast acos gets an infinite gradient, and outside it a bf16 embedding meets
+            # fp32 margin weights. Report, but offer no rewrite.
+            steps = [(c, None, s, e, f) for c, b, s, e, f in steps]
+        why_not = _no_bf16_autocast_fix(facts)
+        if not why_not and ("cuda_ext" in near or facts.references("torch.utils.cpp_extension")):
+            why_not = ("the model runs custom C++/CUDA extension ops (`torch.utils.cpp_extension`), which often "
+                       "dispatch only float32/float16 and raise on bfloat16: check them, or use float16 with a "
+                       "`torch.amp.GradScaler`")
+        if why_not:
+            steps = [(c, None, s, e, f) for c, b, s, e, f in steps]
+        per_block: dict[cst.CSTNode, list[tuple[int, int, str]]] = {}
+        for _, block, start, end, first in steps:
+            if block is not None and tn is not None:
+                # On the script's own device when it may not be CUDA: enabled only on CUDA, so
+                # a CPU run keeps fp32 (CPU bf16 autocast is a different trade-off) and gets no
+                # "CUDA is not available" warning.
+                test = device_test[first]
+                enabled = f", enabled={test}" if test else ""
+                item = f'{tn}.autocast("cuda", dtype={tn}.bfloat16{enabled})'
+                per_block.setdefault(block, []).append((start, end, item))  # type: ignore[arg-type]
+        replacements = {b: rebuild_block(b, rs) for b, rs in per_block.items()}  # type: ignore[arg-type]
+        plan = self.unsafe("Run forward and loss under bf16 autocast", replacements) if replacements else None
+        # One finding per training step (a GAN's discriminator and generator updates share
+        # one), at the step's first model call; its fix wraps every forward range.
+        seen: set[cst.CSTNode] = set()
+        for call, block, start, end, first in sorted(steps, key=lambda s: facts.order[s[4]]):
+            if loop_of[first] in seen:
+                continue
+            seen.add(loop_of[first])
+            has_plan = any(b is not None for _, b, _, _, f in steps if loop_of[f] is loop_of[first])
+            test = device_test[first]
+            enabled = f", enabled={test}" if test else ""
+            other = ", so a run on another device keeps fp32" if test else ""
+            message = ("CUDA training step without mixed precision: run the forward pass and loss under "
+                       f'`torch.autocast("cuda", dtype=torch.bfloat16{enabled})`{other} (Ampere or newer; '
+                       "pre-Ampere GPUs should use float16 with a `torch.amp.GradScaler` instead)")
+            if why_not:
+                message = ("CUDA training step without mixed precision: run the forward pass under "
+                           f"`torch.autocast` — not as a plain rewrite here: {why_not}")
+            yield Violation(first, message, plan if has_plan else None)
+
+    @staticmethod
+    def _updates_weights(facts: Facts, step: cst.CSTNode) -> bool:
+        return updates_weights(facts, step)
+
+    @staticmethod
+    def _has_precision_setup(facts: Facts) -> bool:
+        w = words(facts)
+        return (
+            facts.uses_autocast
+            or facts.uses_grad_scaler
+            or w.name_contains("autocast", "gradscaler", "grad_scaler", "loss_scale")
+            or uses_training_framework(facts)
+            or w.matches(_PRECISION_WORDS)
+            or casts_to_low_precision(facts)
+            or any(a.keyword is not None and a.keyword.value in ("precision", "mixed_precision")
+                   for c in facts.calls() for a in c.args)
+            or any(FRAMEWORK_PRECISION.search(v) for v in w.strings)
+        )

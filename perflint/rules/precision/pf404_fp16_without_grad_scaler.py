@@ -1,0 +1,141 @@
+"""PF404 fp16-without-grad-scaler: float16 autocast in training without a GradScaler."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from perflint.diagnostics import Severity
+from perflint.analysis import NOT_LITERAL, Facts, get_arg, has_splat, literal_value
+from perflint.rules.base import Rule, Violation
+from perflint.rules.common import words
+from perflint.rules.precision.helpers import settings_near, uses_training_framework
+
+
+_AUTOCAST_POSITIONS = {
+    # qualname: (device, enabled position, dtype position)
+    "torch.cuda.amp.autocast": ("cuda", 0, 1),
+    "torch.cpu.amp.autocast": ("cpu", 0, 1),
+    "torch.amp.autocast": (None, 2, 1),
+}
+
+
+def _dtype_of(facts: Facts, expr: cst.BaseExpression, depth: int = 0) -> str | None:
+    q = facts.qualname(expr)
+    if q in ("torch.float16", "torch.half"):
+        return "fp16"
+    if q == "torch.bfloat16":
+        return "bf16"
+    if literal_value(expr) is None:
+        return "default"
+    if isinstance(expr, cst.Name) and depth < 4:
+        bs = facts.lookup(expr.value, expr)
+        kinds = {_dtype_of(facts, b.node, depth + 1) if b.how == "expr" else None for b in bs}  # type: ignore[arg-type]
+        if len(kinds) == 1:
+            return kinds.pop()
+    return None
+
+
+def autocast_dtype(facts: Facts, call: cst.Call) -> str | None:
+    """"fp16", "bf16" or None (unknown or disabled) for an autocast call."""
+    q = facts.qualname(call.func)
+    if q not in _AUTOCAST_POSITIONS or has_splat(call):
+        return None
+    device, enabled_pos, dtype_pos = _AUTOCAST_POSITIONS[q]
+    enabled = get_arg(call, "enabled", enabled_pos)
+    if enabled is not None and literal_value(enabled.value) is False:
+        return None
+    if device is None:
+        dev = get_arg(call, "device_type", 0)
+        value = literal_value(dev.value) if dev is not None else NOT_LITERAL
+        device = value if isinstance(value, str) else None
+    arg = get_arg(call, "dtype", dtype_pos)
+    dtype = "default" if arg is None else _dtype_of(facts, arg.value)
+    if dtype == "default":
+        if any((facts.qualname(c.func) or "") == "torch.set_autocast_dtype" for c in facts.calls()):
+            return None
+        return {"cuda": "fp16", "cpu": "bf16"}.get(device or "")
+    return dtype
+
+
+class Fp16WithoutGradScaler(Rule):
+    """
+    ## What it does
+    Flags float16 autocast in a training step — `torch.autocast("cuda")` (float16 is the CUDA
+    default), `torch.autocast(..., dtype=torch.float16)`, `torch.cuda.amp.autocast()` — in a
+    file with no GradScaler. bfloat16 autocast is exempt.
+
+    ## Why is this bad?
+    Gradients of float16 ops are float16. Values below float16's range (about 6e-8) flush to
+    zero, so small gradients are silently lost and the affected parameters stop learning; the
+    AMP documentation makes gradient scaling part of every float16 training recipe. Not a
+    speed issue: the step computes the wrong update.
+
+    ## Example
+    ```python
+    with torch.autocast("cuda"):
+        loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    ...
+    with torch.autocast("cuda"):
+        loss = criterion(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+    or `torch.autocast("cuda", dtype=torch.bfloat16)` on Ampere or newer GPUs.
+
+    ## Fix safety
+    No fix: adding a scaler changes three statements of the step, and the right choice
+    between a scaler and bf16 depends on the GPU.
+
+    ## Applies to
+    All torch versions with autocast; CUDA and CPU. Silent when the file mentions any scaler
+    (`GradScaler`, `ShardedGradScaler`, timm's `NativeScaler`, a `loss_scaler` …) or uses
+    Accelerate, Lightning, DeepSpeed, apex's amp or the transformers Trainer, which scale losses
+    themselves; silent when the dtype cannot be resolved.
+
+    ## References
+    - PyTorch AMP documentation, "Gradient Scaling"
+    """
+
+    code = "PF404"
+    name = "fp16-without-grad-scaler"
+    summary = "float16 autocast in training without a GradScaler"
+    severity = Severity.ERROR
+    tokens = (b"autocast",)
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        if facts.uses_grad_scaler or words(facts).name_contains("scaler") or uses_training_framework(facts):
+            return
+        if "scaler" in settings_near(facts)[0]:
+            return  # a GradScaler in the modules around (a wrapper optimizer, a trainer base class)
+        for call in facts.calls():
+            if facts.qualname(call.func) not in _AUTOCAST_POSITIONS:
+                continue
+            ctx = facts.iteration_context(call)
+            if (ctx is None or ctx.kind != "train") and not self._around_training_loop(facts, call):
+                continue
+            if autocast_dtype(facts, call) != "fp16":
+                continue
+            yield Violation(
+                call,
+                "float16 autocast in a training step with no GradScaler: small gradients underflow "
+                "to zero; scale the loss with `torch.amp.GradScaler` or use `dtype=torch.bfloat16`",
+            )
+
+    @staticmethod
+    def _around_training_loop(facts: Facts, call: cst.Call) -> bool:
+        """`with autocast(...):` wrapped around a whole training loop."""
+        item = facts.parent(call)
+        stmt = facts.parent(item) if isinstance(item, cst.WithItem) else None
+        if not isinstance(stmt, cst.With):
+            return False
+        return any(facts.is_inside(loop, stmt.body) for loop in facts.training_loops())

@@ -1,0 +1,240 @@
+"""PF406 cudnn-benchmark-not-enabled: conv net trained on CUDA without cudnn.benchmark (or benchmark with determinism)."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from perflint.analysis import Facts, call_name, get_arg, iter_nodes, literal_value
+from perflint.names import dotted
+from perflint.rules.base import Rule, Violation
+from perflint.rules.common import is_training_file, torch_module_name, words
+from perflint.rules.precision.helpers import (
+    CONV_APIS,
+    TORCHVISION_CLASSIFIER,
+    variable_input_shapes,
+    first_torch_import,
+    has_conv_layers,
+    insert_setting,
+    layer_qualnames,
+    settings_near,
+)
+
+
+def _frozen(facts: Facts, call: cst.Call) -> bool:
+    """The model built by `call` is frozen: `.requires_grad_(False)` chained on it or called on
+    the name it is bound to, or `p.requires_grad = False` over that name's parameters."""
+    node: cst.CSTNode = call
+    while True:  # up the chain `vgg16(...).features[:16].cuda().eval()`
+        parent = facts.parent(node)
+        if isinstance(parent, (cst.Attribute, cst.Subscript)) and parent.value is node:
+            node = parent
+            continue
+        if isinstance(parent, cst.Call) and parent.func is node:
+            if call_name(parent) == "requires_grad_" and parent.args and literal_value(parent.args[0].value) is False:
+                return True
+            node = parent
+            continue
+        break
+    assign = facts.parent(node)
+    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+        return False
+    target = dotted(assign.targets[0].target)
+    return bool(target) and target in _frozen_names(facts)
+
+
+def _frozen_names(facts: Facts) -> frozenset[str]:
+    """The names whose parameters the file freezes: `name.requires_grad_(False)`, or
+    `p.requires_grad = False` in a loop over `name.parameters()` (computed once a file)."""
+    memo = facts.__dict__.get("_frozen_names_memo")
+    if memo is not None:
+        return memo
+    names: set[str] = set()
+    for c in facts.calls():
+        if call_name(c) == "requires_grad_" and isinstance(c.func, cst.Attribute) \
+                and c.args and literal_value(c.args[0].value) is False:
+            name = dotted(c.func.value)
+            if name:
+                names.add(name)
+    for loop in facts.index[cst.For]:
+        it = loop.iter
+        if isinstance(it, cst.Call) and call_name(it) == "parameters" and isinstance(it.func, cst.Attribute):
+            name = dotted(it.func.value)
+            if name and name not in names and any(
+                    isinstance(n, cst.Assign) and literal_value(n.value) is False and any(
+                        isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
+                        for t in n.targets)
+                    for n in iter_nodes(loop.body)):
+                names.add(name)
+    memo = frozenset(names)
+    facts.__dict__["_frozen_names_memo"] = memo
+    return memo
+
+
+def _first_conv_call(facts: Facts) -> cst.Call | None:
+    """The first convolution layer (or torchvision classifier) the file builds or calls, a
+    trained one before a frozen one (a perceptual-loss feature network)."""
+    candidates = [c for c in facts.calls()
+                  if (facts.qualname(c.func) or "") in CONV_APIS or TORCHVISION_CLASSIFIER.match(facts.qualname(c.func) or "")]
+    best = min(candidates, key=lambda c: (_frozen(facts, c), facts.order[c])) if candidates else None
+    if best is None and facts.project is not None:
+        # The layers are built in another module: point at the model the file builds there.
+        for call in facts.calls():
+            ref = facts.project_ref(call.func)
+            if ref is not None and not ref.startswith("#") and facts.project.layer_apis(ref) & CONV_APIS:
+                return call
+    return best
+
+
+_CONV1D_APIS = {"torch.nn.Conv1d", "torch.nn.ConvTranspose1d", "torch.nn.LazyConv1d", "torch.nn.LazyConvTranspose1d",
+                 "torch.nn.functional.conv1d", "torch.nn.functional.conv_transpose1d", "torch.conv1d"}
+_SEQUENCE_WORDS = ("lengths", "seq_len", "src_len", "tgt_len", "max_len", "padding_mask", "attention_mask",
+                   "key_padding_mask", "x_mask", "src_mask", "mel_len", "text_len")
+
+
+def _sequence_convs(facts: Facts) -> bool:
+    """The convolutions are 1-D over sequences whose length changes per batch (the file keeps
+    per-batch lengths or padding masks), or all pointwise (kernel size 1, like the 1×1 convs
+    of a TTS or ASR model): `cudnn.benchmark` would re-tune for every new length and gain
+    nothing on a pointwise GEMM."""
+    convs = [c for c in facts.calls() if (facts.qualname(c.func) or "") in CONV_APIS]
+    if not convs or any(TORCHVISION_CLASSIFIER.match(q) for q in layer_qualnames(facts)) \
+            or facts.project_layer_apis & CONV_APIS:
+        return False  # (some) layers live in another module or a library model: no view of their kernels
+    if all(literal_value((get_arg(c, "kernel_size", 2) or cst.Arg(cst.Name("x"))).value) in (1, (1, 1), (1, 1, 1))
+           for c in convs):
+        return True
+    one_d = all((facts.qualname(c.func) or "") in _CONV1D_APIS for c in convs)
+    return one_d and words(facts).name_contains(*_SEQUENCE_WORDS)
+
+
+def _cudnn_flag_assignments(facts: Facts, flag: str) -> list[cst.Assign]:
+    out = []
+    for node in facts.index[cst.Assign]:
+        for t in node.targets:
+            if isinstance(t.target, cst.Attribute) and facts.qualname(t.target) == f"torch.backends.cudnn.{flag}":
+                out.append(node)
+    return out
+
+
+class CudnnBenchmarkNotEnabled(Rule):
+    """
+    ## What it does
+    Flags, once per file, a CUDA training file with convolution layers that never sets
+    `torch.backends.cudnn.benchmark`, reported at the first convolution layer (or
+    torchvision classifier) the file builds: the layers the setting speeds up (when the
+    layers are built in another module of the project, at the model the file builds from
+    it, e.g. `model = Net()`). Also flags
+    `cudnn.benchmark = True` set in the same block as `cudnn.deterministic = True` or
+    `torch.use_deterministic_algorithms(True)` (reported at the `benchmark = True`
+    assignment).
+
+    ## Why is this bad?
+    With `benchmark = False` (the default) cuDNN picks convolution algorithms by heuristic;
+    with `True` it times the candidates once per input shape and keeps the fastest. For
+    fixed input shapes that is a one-off cost for faster convolutions; the gain is
+    workload-dependent. On an H100 80GB (torch 2.11, `python benchmarks/rule_effects.py`;
+    results in `benchmarks/results/h100/rule_effects/`), a fp32 6-layer conv net training
+    step took 9.64 ms either way (1.00×): the heuristic already chose well there. Setting it
+    together with determinism flags is contradictory: the PyTorch reproducibility notes say
+    reproducible runs need `benchmark = False`, since the timed choice can differ from run
+    to run.
+
+    ## Example
+    ```python
+    import torch
+    model = torchvision.models.resnet50().cuda()
+    ```
+
+    ## Use instead
+    ```python
+    import torch
+    torch.backends.cudnn.benchmark = True
+    model = torchvision.models.resnet50().cuda()
+    ```
+
+    ## Fix safety
+    **Unsafe.** Benchmarking makes algorithm choice, and so results, vary between runs, and
+    every new input shape triggers a new round of timing (slow with variable shapes). The fix
+    inserts `torch.backends.cudnn.benchmark = True` once, after the file's imports, set off
+    by a blank line (as for PF405).
+    The rule is silent when the file shows signs of variable input shapes (`pad_sequence`,
+    packed sequences, random-size crops or resizes, custom `collate_fn`/`batch_sampler`,
+    detection models, 1-D convolutions next to per-batch lengths or padding masks), when
+    every convolution is pointwise (kernel size 1), or any determinism setting. No fix for the benchmark/deterministic
+    conflict: which of the two the user wants is unknown.
+
+    ## Applies to
+    All torch versions; CUDA code only.
+
+    ## References
+    - PyTorch performance tuning guide, "Enable cuDNN auto-tuner"
+    - PyTorch reproducibility notes (`docs/source/notes/randomness.rst`)
+    """
+
+    code = "PF406"
+    name = "cudnn-benchmark-not-enabled"
+    summary = "conv net trained on CUDA without cudnn.benchmark (or benchmark with determinism)"
+    fix_class = "unsafe"
+    tokens = (b"cuda", b"accelerator", b"device", b"benchmark")  # CUDA code, or the benchmark/deterministic conflict
+
+    def check(self, facts: Facts) -> Iterator[Violation]:
+        yield from self._conflicts(facts)
+        anchor = first_torch_import(facts)
+        if anchor is None or not facts.is_cuda_code or not is_training_file(facts):
+            return
+        w = words(facts)
+        if w.name_contains("deterministic") or any("CUBLAS_WORKSPACE_CONFIG" in v for v in w.strings) or _cudnn_flag_assignments(facts, "benchmark"):
+            return
+        if any(
+            isinstance(a.value, cst.Name) and a.value.value == "cudnn" or
+            (isinstance(a.value, cst.Attribute) and a.value.attr.value == "cudnn")
+            for a in facts.index[cst.Attribute] if a.attr.value == "benchmark"
+        ) or "cudnn" in {s.lower() for s in w.strings} or w.name_contains("cudnn_benchmark"):
+            return
+        if any(a.keyword is not None and a.keyword.value == "benchmark" for c in facts.calls() for a in c.args):
+            return  # e.g. Lightning's Trainer(benchmark=...)
+        if not has_conv_layers(facts) or variable_input_shapes(facts) or _sequence_convs(facts):
+            return
+        near, imported = settings_near(facts)
+        if near & {"cudnn_benchmark", "deterministic"}:
+            return  # set (or ruled out) by the entry point or a base class's module
+        tn = torch_module_name(facts, top_level=True)
+        fix = None
+        if tn is not None and not imported:  # file-wide settings go into the entry point only
+            r = insert_setting(facts, f"{tn}.backends.cudnn.benchmark = True", tn)
+            if r is not None:
+                fix = self.unsafe("Add `torch.backends.cudnn.benchmark = True`", r)
+        conv = _first_conv_call(facts)
+        what = "this convolution layer" if conv is None or facts.qualname(conv.func) in CONV_APIS \
+            else "the convolution layers of this model"
+        if conv is not None and _frozen(facts, conv):
+            what = "this frozen network's convolutions (it is not trained, but its forward runs every step)"
+        yield Violation(
+            conv or anchor,
+            f"CUDA training runs {what} without `torch.backends.cudnn.benchmark = True`: with fixed "
+            "input shapes the autotuner picks faster convolution algorithms ("
+            + ("a process-wide setting: add it once in the script that runs training, which imports this module)"
+               if imported else "a file-wide setting: add it once after the imports)"),
+            fix,
+        )
+
+    def _conflicts(self, facts: Facts) -> Iterator[Violation]:
+        det_stmts = [facts.statement_of(a) for a in _cudnn_flag_assignments(facts, "deterministic")
+                     if literal_value(a.value) is True]
+        for call in facts.calls_to("torch.use_deterministic_algorithms"):
+            arg = get_arg(call, "mode", 0)
+            if arg is not None and literal_value(arg.value) is True:
+                det_stmts.append(facts.statement_of(call))
+        if not det_stmts:
+            return
+        det_blocks = {id(facts.parent(s)) for s in det_stmts}
+        for assign in _cudnn_flag_assignments(facts, "benchmark"):
+            if literal_value(assign.value) is True and id(facts.parent(facts.statement_of(assign))) in det_blocks:
+                yield Violation(
+                    assign,
+                    "`cudnn.benchmark = True` next to a determinism setting: the determinism flag keeps "
+                    "cuDNN to its slower deterministic algorithms while benchmarking makes runs differ anyway; "
+                    "drop the determinism flag for speed, or set `benchmark = False` if reproducibility is the goal",
+                )
