@@ -268,7 +268,7 @@ def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOp
             cell, row = src.notebook.locate(row)
             _, erow = src.notebook.locate(erow)
         message = v.message
-        if analysis.facts.step_callers and rule.code in PER_STEP_CODES:
+        if analysis.facts.step_callers and rule.per_step:
             message += _called_from(analysis.facts, v.node)
         fix = None
         if v.fix is not None:
@@ -312,17 +312,13 @@ def _fix_edits(analysis: _Analysis, text: str, lines, src: Source, sup, offsets,
     return {k: fixedits.to_edits(v, lines, src.notebook) for k, v in by_plan.items()}
 
 
-# Rules whose findings are about code that runs on every step of a loop.
-PER_STEP_CODES = frozenset({"PF105", "PF201", "PF202", "PF203", "PF204", "PF409"})
-
-
 def _why_steps(analysis: _Analysis) -> dict:
     """id(violation) → the chain of evidence that its code runs on every step: what the
     rule attached, else, for the per-step rules, the file's hot path to the node."""
     out = {}
     for rule, v in analysis.findings:
         steps = v.why
-        if steps is None and rule.code in PER_STEP_CODES:
+        if steps is None and rule.per_step:
             steps = analysis.facts.hot_path(v.node)
         if steps:
             out[id(v)] = steps

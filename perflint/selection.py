@@ -46,10 +46,11 @@ class _RuleRecord:
     def __init__(self, code: str, name: str, default: bool, severity: str, summary: str = "",
                  fix_class: str = "none", doc: str = "") -> None:
         from perflint.diagnostics import Severity
+        from perflint.rules.metadata import FixClass
 
         self.code, self.name, self.default = code, name, default
         self.severity = Severity(severity)
-        self.summary, self.fix_class, self._doc = summary, fix_class, doc
+        self.summary, self.fix_class, self._doc = summary, FixClass(fix_class), doc
 
     def doc(self) -> str:
         return self._doc

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fixture_support import FIXTURES, actual_findings, apply_fixes, describe, expected_findings, fixture_options
-from perflint.rules import all_rules
+from perflint.rules import FixClass, all_rules
 
 RULE_DIR = FIXTURES / "rules"
 CASES = sorted(
@@ -71,9 +71,9 @@ def test_fixture_variants_cover_the_rule_classes():
     for code, rule in registry.items():
         fixed = list(RULE_DIR.glob(f"{code}*.fixed.py"))
         unsafe = list(RULE_DIR.glob(f"{code}*.unsafe.py"))
-        if rule.fix_class == "none":
+        if rule.fix_class is FixClass.NONE:
             assert not fixed and not unsafe, f"{code} has no fix but has fixed fixtures"
-        if "safe" in rule.fix_class.replace("unsafe", ""):
+        if rule.fix_class.offers_safe:
             assert fixed, f"{code} has safe fixes but no .fixed.py fixture"
-        if "unsafe" in rule.fix_class:
+        if rule.fix_class.offers_unsafe:
             assert unsafe, f"{code} has unsafe fixes but no .unsafe.py fixture"

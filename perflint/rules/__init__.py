@@ -56,11 +56,15 @@ def discover() -> dict:
 
 
 def __getattr__(name: str):
-    if name in ("FixClass", "FixPlan", "Rule", "Violation"):
+    if name in ("EditorTag", "FixClass"):
+        from perflint.rules import metadata
+
+        return getattr(metadata, name)
+    if name in ("FixPlan", "Rule", "Violation"):
         from perflint.rules import base
 
         return getattr(base, name)
     raise AttributeError(f"module 'perflint.rules' has no attribute {name!r}")
 
 
-__all__ = ["DOCS_FILE", "FixClass", "FixPlan", "Rule", "Violation", "all_rules", "discover", "docs_url"]
+__all__ = ["DOCS_FILE", "EditorTag", "FixClass", "FixPlan", "Rule", "Violation", "all_rules", "discover", "docs_url"]

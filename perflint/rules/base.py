@@ -1,7 +1,8 @@
 """The contract between the engine and a rule.
 
-A rule is a class with a code, a name, a house-format docstring, a severity, its fix class
-and the torch versions it applies to.  `check(facts)` yields `Violation`s: the node to report,
+A rule is a class with a code, a name, a house-format docstring, a severity, its fix class,
+the torch versions it applies to, whether its findings claim a cost on every step, and how an
+editor shows them.  `check(facts)` yields `Violation`s: the node to report,
 a message, and optionally a `FixPlan` — replacements of original nodes by new ones, which the
 engine applies with a libcst transformer (never by editing strings).
 """
@@ -15,6 +16,7 @@ import libcst as cst
 
 from perflint.diagnostics import Applicability, Severity
 from perflint.analysis import Facts
+from perflint.rules.metadata import EditorTag, FixClass
 
 Version = tuple[int, int]
 
@@ -42,13 +44,26 @@ class Rule:
     name: ClassVar[str]
     summary: ClassVar[str]
     severity: ClassVar[Severity] = Severity.WARNING
-    fix_class: ClassVar[str] = "none"  # "none" | "safe" | "unsafe" | "safe or unsafe"
+    fix_class: ClassVar[FixClass] = FixClass.NONE
     default: ClassVar[bool] = True
     # The rule applies when min_torch <= target torch < max_torch (None: unbounded).
     min_torch: ClassVar[Version | None] = None
     max_torch: ClassVar[Version | None] = None
     # Prefilter: a file that contains none of these byte strings cannot produce a finding.
     tokens: ClassVar[tuple[bytes, ...]] = (b"torch",)
+    # The findings are about code that runs on every step of a loop: each carries the
+    # evidence (the file's hot path to it when the rule attaches none), and a finding in a
+    # function that another file's loop calls every step says where it is called from.
+    per_step: ClassVar[bool] = False
+    # How an editor marks the findings (the language server's diagnostic tags).
+    editor_tags: ClassVar[tuple[EditorTag, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        # A fix class or tag written as its text ("unsafe") becomes the enum member; an
+        # unknown one is an error when the class is defined.
+        cls.fix_class = FixClass(cls.fix_class)
+        cls.editor_tags = tuple(EditorTag(t) for t in cls.editor_tags)
 
     def check(self, facts: Facts) -> Iterator[Violation]:  # pragma: no cover - interface
         raise NotImplementedError

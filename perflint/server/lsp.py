@@ -13,6 +13,7 @@ sends stops the server: every handler logs what went wrong and answers what it c
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import re
@@ -44,10 +45,23 @@ DEBOUNCE_S = 0.03  # wait this long after a change for the next one before check
 REFRESH_S = 0.5  # and this long after an edited file's check before updating its project
 _SEVERITY = {Severity.ERROR: lsp.DiagnosticSeverity.Error, Severity.WARNING: lsp.DiagnosticSeverity.Warning,
              Severity.INFO: lsp.DiagnosticSeverity.Information}
-# Rules whose findings are best shown with a diagnostic tag.
-TAGS = {"PF402": [lsp.DiagnosticTag.Deprecated]}
 _CONFIG_NAMES = re.compile(r"^(pyproject\.toml|requirements.*\.txt)$")
 _NEWLINE = re.compile(r"\r\n?|\n")
+
+
+@functools.lru_cache(maxsize=None)
+def _rule_tags(code: str) -> tuple:
+    from perflint.rules import all_rules
+    from perflint.rules.metadata import EditorTag
+
+    as_lsp = {EditorTag.DEPRECATED: lsp.DiagnosticTag.Deprecated, EditorTag.UNNECESSARY: lsp.DiagnosticTag.Unnecessary}
+    rule = all_rules().get(code)
+    return tuple(as_lsp[t] for t in getattr(rule, "editor_tags", ()))
+
+
+def diagnostic_tags(code: str) -> list[lsp.DiagnosticTag] | None:
+    """How an editor marks a rule's findings: the rule's `editor_tags`."""
+    return list(_rule_tags(code)) or None
 
 
 def _lines(text: str) -> list[str]:
@@ -287,7 +301,7 @@ class PerflintServer(LanguageServer):
             code_description=lsp.CodeDescription(href=docs_url(d.code)),
             source=SOURCE,
             message=d.message,
-            tags=TAGS.get(d.code),
+            tags=diagnostic_tags(d.code),
             data={"name": d.name, "fix": fix},
         )
 

@@ -9,7 +9,7 @@ import libcst as cst
 
 from perflint.edits import code, parse_expr, remove_arg
 from perflint.analysis import Facts, get_arg, has_splat, literal_value
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import insert_after_imports
 
 
@@ -156,7 +156,7 @@ class SlowConvolution(Rule):
     code = "PF501"
     name = "slow-convolution"
     summary = "direct O(N·M) convolution where FFT convolution is much faster"
-    fix_class = "unsafe"
+    fix_class = FixClass.UNSAFE
     tokens = (b"convolve",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:

@@ -8,7 +8,7 @@ import libcst as cst
 
 from perflint.edits import code
 from perflint.analysis import Facts, call_name, get_arg, iter_nodes, literal_value
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import (
     enclosing_block,
     forward_range,
@@ -155,7 +155,7 @@ class AccumulationWithoutNoSync(Rule):
     code = "PF502"
     name = "accumulation-without-no-sync"
     summary = "DDP gradient accumulation all-reduces on every micro-batch"
-    fix_class = "unsafe"
+    fix_class = FixClass.UNSAFE
     tokens = (b"DistributedDataParallel",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:

@@ -8,7 +8,7 @@ import libcst as cst
 
 from perflint.edits import add_arg, make_kwarg
 from perflint.analysis import Facts, call_name, get_arg, has_splat, literal_value
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 
 
 _F32_NAMES = {"numpy.float32", "numpy.single", "torch.float32", "torch.float"}
@@ -238,7 +238,7 @@ class AudioDecodedAsFloat64(Rule):
     code = "PF504"
     name = "audio-decoded-as-float64"
     summary = "soundfile decodes to float64 and the samples are cast to float32"
-    fix_class = "safe or unsafe"
+    fix_class = FixClass.SAFE_OR_UNSAFE
     tokens = (b"soundfile",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:

@@ -9,7 +9,7 @@ import libcst as cst
 from perflint.edits import add_arg, make_kwarg, parse_expr, parse_stmt, replace_arg_value
 from perflint.analysis import NOT_LITERAL, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.names import dotted
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.data_loading.helpers import (
     dataloaders,
     function_node,
@@ -156,7 +156,7 @@ class DataLoaderNoWorkers(Rule):
     code = "PF101"
     name = "dataloader-no-workers"
     summary = "DataLoader loads data in the main process (num_workers missing or 0)"
-    fix_class = "unsafe"
+    fix_class = FixClass.UNSAFE
     tokens = (b"DataLoader",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:

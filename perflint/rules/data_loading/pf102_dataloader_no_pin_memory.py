@@ -8,7 +8,7 @@ import libcst as cst
 
 from perflint.edits import add_arg, make_kwarg
 from perflint.analysis import Facts, call_name, has_splat
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import trains_in
 from perflint.rules.data_loading.helpers import (
     dataloaders,
@@ -109,7 +109,7 @@ class DataLoaderNoPinMemory(Rule):
     code = "PF102"
     name = "dataloader-no-pin-memory"
     summary = "DataLoader without pin_memory in CUDA code"
-    fix_class = "safe or unsafe"
+    fix_class = FixClass.SAFE_OR_UNSAFE
     tokens = (b"DataLoader",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:

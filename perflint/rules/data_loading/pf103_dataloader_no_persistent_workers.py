@@ -9,7 +9,7 @@ import libcst as cst
 from perflint.diagnostics import Severity
 from perflint.edits import add_arg, make_kwarg
 from perflint.analysis import NOT_LITERAL, Facts, get_arg, has_splat, literal_value
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import throttled_in_loop
 from perflint.rules.data_loading.helpers import (
     dataloaders,
@@ -102,7 +102,7 @@ class DataLoaderNoPersistentWorkers(Rule):
     name = "dataloader-no-persistent-workers"
     summary = "DataLoader with workers but without persistent_workers"
     severity = Severity.INFO
-    fix_class = "unsafe"
+    fix_class = FixClass.UNSAFE
     min_torch = (1, 7)  # `persistent_workers` is a TypeError before 1.7
     tokens = (b"DataLoader",)
 

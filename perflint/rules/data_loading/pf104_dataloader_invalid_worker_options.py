@@ -10,7 +10,7 @@ from perflint.diagnostics import Severity
 from perflint.edits import remove_arg, replace_arg_value
 from perflint.analysis import NOT_LITERAL, Facts, has_splat, literal_value
 from perflint.names import dotted
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.data_loading.helpers import dataloaders, loader_arg, worker_count
 
 
@@ -64,7 +64,7 @@ class DataLoaderInvalidWorkerOptions(Rule):
     name = "dataloader-invalid-worker-options"
     summary = "worker-only DataLoader options with num_workers=0 (raises ValueError)"
     severity = Severity.ERROR
-    fix_class = "safe"
+    fix_class = FixClass.SAFE
     tokens = (b"DataLoader",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:

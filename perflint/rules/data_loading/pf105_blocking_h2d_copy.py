@@ -10,7 +10,7 @@ import libcst as cst
 from perflint.edits import add_arg, make_kwarg
 from perflint.analysis import DATALOADER, Facts, call_name, get_arg, has_splat, literal_value
 from perflint.names import dotted
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import file_trains, runs_once
 from perflint.rules.data_loading.helpers import (
     DTYPES,
@@ -179,8 +179,9 @@ class BlockingHostToDeviceCopy(Rule):
     code = "PF105"
     name = "blocking-h2d-copy"
     summary = "batch copied to the GPU without non_blocking=True"
-    fix_class = "safe or unsafe"
+    fix_class = FixClass.SAFE_OR_UNSAFE
     tokens = (b".to(", b".cuda(")
+    per_step = True
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         for call in facts.calls():

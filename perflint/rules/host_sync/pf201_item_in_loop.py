@@ -277,6 +277,7 @@ class ItemInLoop(Rule):
     name = "item-in-loop"
     summary = "`.item()` on every iteration of a training/eval loop (host-device sync)"
     tokens = (b".item(",)
+    per_step = True
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         if not facts.may_use_accelerator:

@@ -79,6 +79,7 @@ class HostSyncInLoop(Rule):
     summary = "host-device sync (`.cpu()`, `float(t)`, `print(t)`, `if t:` …) on every iteration"
     tokens = (b".cpu(", b".numpy(", b".tolist(", b"float(", b"int(", b"bool(", b"print(", b"synchronize", b"add_scalar", b"add_histogram",
               b"if ", b"assert ", b"while ")
+    per_step = True
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         if not facts.may_use_accelerator:

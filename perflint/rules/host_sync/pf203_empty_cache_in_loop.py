@@ -58,6 +58,7 @@ class EmptyCacheInLoop(Rule):
     name = "empty-cache-in-loop"
     summary = "`torch.cuda.empty_cache()` / `gc.collect()` on every iteration"
     tokens = (b"empty_cache", b"collect")
+    per_step = True
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         wanted = {"torch.cuda.empty_cache", "torch.accelerator.memory.empty_cache", "torch.mps.empty_cache",

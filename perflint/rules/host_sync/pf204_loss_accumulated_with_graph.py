@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from perflint.analysis import Facts, call_name, iter_nodes
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.host_sync.helpers import inner_chain
 
 
@@ -73,8 +73,9 @@ class LossAccumulatedWithGraph(Rule):
     code = "PF204"
     name = "loss-accumulated-with-graph"
     summary = "loss accumulated across iterations with its autograd graph"
-    fix_class = "safe or unsafe"
+    fix_class = FixClass.SAFE_OR_UNSAFE
     tokens = (b"+=", b"append", b"+ ")
+    per_step = True
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         for node in facts.index[cst.AugAssign]:

@@ -8,7 +8,7 @@ import libcst as cst
 
 from perflint.edits import add_arg, make_kwarg, replace_arg_value
 from perflint.analysis import Facts, call_name, get_arg, has_splat, literal_value
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 
 
 class ZeroGradNotSetToNone(Rule):
@@ -60,7 +60,7 @@ class ZeroGradNotSetToNone(Rule):
     code = "PF301"
     name = "zero-grad-not-set-to-none"
     summary = "gradients zeroed in place instead of set to None"
-    fix_class = "unsafe"
+    fix_class = FixClass.UNSAFE
     tokens = (b"zero_grad",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:

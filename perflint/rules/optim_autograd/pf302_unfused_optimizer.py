@@ -9,7 +9,7 @@ import libcst as cst
 from perflint.diagnostics import Severity
 from perflint.edits import add_arg, make_kwarg
 from perflint.analysis import Facts, call_name, get_arg, has_splat, literal_value
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import script_device
 
 
@@ -79,7 +79,7 @@ class UnfusedOptimizer(Rule):
     name = "unfused-optimizer"
     summary = "Adam/AdamW without fused=True in CUDA code"
     severity = Severity.INFO
-    fix_class = "unsafe"
+    fix_class = FixClass.UNSAFE
     # AdamW has `fused` from 2.0 (Adam from 1.13, CUDA only): below that there is nothing to advise.
     min_torch = (2, 0)
     tokens = (b"Adam",)

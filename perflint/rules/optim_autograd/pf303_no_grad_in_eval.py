@@ -9,7 +9,7 @@ import libcst as cst
 from perflint.diagnostics import Severity
 from perflint.edits import parse_expr
 from perflint.analysis import Facts, call_name, iter_nodes
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.optim_autograd.helpers import host_only, torch_prefix
 
 
@@ -76,7 +76,7 @@ class NoGradInEval(Rule):
     name = "no-grad-in-eval"
     summary = "`torch.no_grad()` where `torch.inference_mode()` fits"
     severity = Severity.INFO
-    fix_class = "unsafe"
+    fix_class = FixClass.UNSAFE
     default = False
     min_torch = (1, 9)
     tokens = (b"no_grad",)

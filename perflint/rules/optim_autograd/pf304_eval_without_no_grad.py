@@ -9,7 +9,7 @@ import libcst as cst
 from perflint.edits import parse_expr
 from perflint.analysis import Facts, call_name, iter_nodes
 from perflint.analysis.hotpath import WhyStep, snippet
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.optim_autograd.helpers import host_only, torch_prefix
 
 
@@ -71,7 +71,7 @@ class EvalWithoutNoGrad(Rule):
     code = "PF304"
     name = "eval-without-no-grad"
     summary = "evaluation loop after `.eval()` with autograd still on"
-    fix_class = "safe or unsafe"
+    fix_class = FixClass.SAFE_OR_UNSAFE
     tokens = (b".eval(",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:

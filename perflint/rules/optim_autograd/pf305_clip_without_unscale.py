@@ -9,7 +9,7 @@ import libcst as cst
 from perflint.diagnostics import Severity
 from perflint.edits import parse_stmt
 from perflint.analysis import Facts, call_name
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.optim_autograd.helpers import exclusive, iteration_calls, step_regions, scaled_backward
 
 
@@ -84,7 +84,7 @@ class ClipWithoutUnscale(Rule):
     name = "clip-without-unscale"
     summary = "gradient clipping on scaled gradients (no scaler.unscale_)"
     severity = Severity.ERROR
-    fix_class = "safe"
+    fix_class = FixClass.SAFE
     tokens = (b"clip_grad",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:

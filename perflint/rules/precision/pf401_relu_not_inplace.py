@@ -8,7 +8,7 @@ import libcst as cst
 
 from perflint.edits import add_arg, make_kwarg
 from perflint.analysis import Binding, Facts, get_arg, has_splat, literal_value
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import words
 
 
@@ -215,7 +215,7 @@ class ReluNotInplace(Rule):
     code = "PF401"
     name = "relu-not-inplace"
     summary = "ReLU on a fresh activation could run in place (saves memory, not time)"
-    fix_class = "unsafe"
+    fix_class = FixClass.UNSAFE
     default = False
     tokens = (b"relu", b"ReLU")
 

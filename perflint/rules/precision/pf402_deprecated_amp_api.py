@@ -9,7 +9,7 @@ import libcst as cst
 from perflint.edits import add_arg, keywordize, make_kwarg, parse_expr, prepend_arg
 from perflint.analysis import Facts, has_splat
 from perflint.names import dotted
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import EditorTag, FixClass, Rule, Violation
 
 
 _DEPRECATED_AMP = {
@@ -80,9 +80,10 @@ class DeprecatedAmpApi(Rule):
     code = "PF402"
     name = "deprecated-amp-api"
     summary = "deprecated torch.cuda.amp / torch.cpu.amp API"
-    fix_class = "safe"
+    fix_class = FixClass.SAFE
     min_torch = (2, 4)
     tokens = (b"amp",)
+    editor_tags = (EditorTag.DEPRECATED,)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         if supports_old_torch(facts):

@@ -9,7 +9,7 @@ import libcst as cst
 
 from perflint.diagnostics import Severity
 from perflint.analysis import Facts, call_name, iter_nodes
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import (
     forward_range,
     is_model_call,
@@ -194,7 +194,7 @@ class NoMixedPrecision(Rule):
     name = "no-mixed-precision"
     summary = "CUDA training step without autocast"
     severity = Severity.INFO
-    fix_class = "unsafe"
+    fix_class = FixClass.UNSAFE
     min_torch = (1, 10)
     tokens = (b"backward",)
 

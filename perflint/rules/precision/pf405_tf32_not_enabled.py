@@ -8,7 +8,7 @@ import libcst as cst
 
 from perflint.diagnostics import Severity
 from perflint.analysis import Facts
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import is_training_file, torch_module_name, words
 from perflint.rules.precision.helpers import (
     FRAMEWORK_PRECISION,
@@ -134,7 +134,7 @@ class Tf32NotEnabled(Rule):
     name = "tf32-not-enabled"
     summary = "fp32 matmuls in a CUDA training file without TF32"
     severity = Severity.INFO
-    fix_class = "unsafe"
+    fix_class = FixClass.UNSAFE
     default = False  # whole-repository review: 0.60 tuned, 0/5 held out (see "Applies to")
     min_torch = (1, 12)
     tokens = (b"cuda", b"accelerator", b"device")  # what is_cuda_code reads: CUDA names, torch.accelerator, a device option

@@ -8,7 +8,7 @@ import libcst as cst
 
 from perflint.analysis import Facts, call_name, get_arg, iter_nodes, literal_value
 from perflint.names import dotted
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import is_training_file, torch_module_name, words
 from perflint.rules.precision.helpers import (
     CONV_APIS,
@@ -176,7 +176,7 @@ class CudnnBenchmarkNotEnabled(Rule):
     code = "PF406"
     name = "cudnn-benchmark-not-enabled"
     summary = "conv net trained on CUDA without cudnn.benchmark (or benchmark with determinism)"
-    fix_class = "unsafe"
+    fix_class = FixClass.UNSAFE
     tokens = (b"cuda", b"accelerator", b"device", b"benchmark")  # CUDA code, or the benchmark/deterministic conflict
 
     def check(self, facts: Facts) -> Iterator[Violation]:

@@ -10,7 +10,7 @@ import libcst as cst
 from perflint.edits import add_arg, make_kwarg
 from perflint.analysis import Facts, call_name, get_arg, literal_value
 from perflint.names import dotted
-from perflint.rules.base import FixPlan, Rule, Violation
+from perflint.rules.base import FixClass, FixPlan, Rule, Violation
 
 
 # Constructors whose values do not depend on where they are computed.  Not `tensor`,
@@ -191,10 +191,11 @@ class TensorCreatedThenMoved(Rule):
     code = "PF409"
     name = "tensor-created-then-moved"
     summary = "tensor built on the CPU, then moved to a device"
-    fix_class = "safe or unsafe"
+    fix_class = FixClass.SAFE_OR_UNSAFE
     default = False  # whole-repository review: 0.77 after narrowing (see "Applies to")
     tokens = (b"zeros", b"ones", b"full", b"empty", b"eye", b"arange", b"linspace", b"rand", b"normal",
               b"bernoulli", b"poisson", b"multinomial")
+    per_step = True
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         for call in facts.calls():

@@ -8,7 +8,7 @@ import libcst as cst
 
 from perflint.diagnostics import Severity
 from perflint.analysis import Binding, Facts, call_name
-from perflint.rules.base import Rule, Violation
+from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import is_model_call, is_training_file, torch_module_name, words
 from perflint.rules.precision.helpers import variable_input_shapes, uses_training_framework
 
@@ -166,7 +166,7 @@ class ModelNotCompiled(Rule):
     name = "model-not-compiled"
     summary = "static-shape model trained without torch.compile"
     severity = Severity.INFO
-    fix_class = "unsafe"
+    fix_class = FixClass.UNSAFE
     default = False
     min_torch = (2, 0)
 
