@@ -1,8 +1,8 @@
-"""A rule's documentation as markdown (what `perflint rule` prints) and the HTML rule
+"""A rule's documentation as markdown (what `perflint rule` prints), the HTML rule
 reference installed with perflint (`perflint/docs/rules.html`, the target of
-`perflint.rules.docs_url`).
+`perflint.rules.docs_url`) and the rule table of the README, all from the rule classes.
 
-Regenerate the reference after editing a rule's docstring:
+Regenerate the reference and the README's table after adding a rule or editing one:
 
     python -m perflint.ruledoc
 """
@@ -10,6 +10,8 @@ Regenerate the reference after editing a rule's docstring:
 from __future__ import annotations
 
 import html
+import re
+from pathlib import Path
 
 from perflint.rules import DOCS_FILE, all_rules
 
@@ -56,10 +58,35 @@ def reference_html() -> str:
     )
 
 
+# In a source checkout: the README, whose rule table is generated.
+README = Path(__file__).resolve().parent.parent / "README.md"
+README_TABLE_HEAD = "| code | name | finds | fix | default |\n|---|---|---|---|---|\n"
+
+
+def readme_table() -> str:
+    """The README's rule table: code, name, summary, fix class and default of every rule."""
+    rows = []
+    for c, r in all_rules().items():
+        cells = (c, r.name, r.summary.replace("|", "\\|"), str(r.fix_class), "on" if r.default else "off")
+        rows.append("| " + " | ".join(cells) + " |\n")
+    return README_TABLE_HEAD + "".join(rows)
+
+
+def readme_with_table(text: str) -> str:
+    """`text` (the README) with its rule table (from the header row to the first line that is
+    not a table row) replaced by `readme_table()`."""
+    start = text.index(README_TABLE_HEAD)
+    end = re.compile(r"^(?!\|)", re.M).search(text, start).start()
+    return text[:start] + readme_table() + text[end:]
+
+
 def main() -> None:
     DOCS_FILE.parent.mkdir(parents=True, exist_ok=True)
     DOCS_FILE.write_text(reference_html(), encoding="utf-8")
     print(f"wrote {DOCS_FILE}")
+    if README.exists():
+        README.write_text(readme_with_table(README.read_text(encoding="utf-8")), encoding="utf-8")
+        print(f"wrote the rule table of {README}")
 
 
 if __name__ == "__main__":

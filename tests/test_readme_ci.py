@@ -42,19 +42,6 @@ def test_project_torch_requirement_is_a_range_that_213_satisfies():
         assert not str(req.specifier).startswith("=="), "pin torch only in .ci/run, not in the project"
 
 
-def test_readme_lists_every_rule_with_its_fix_class_and_default():
-    from perflint.rules import all_rules
-
-    text = (ROOT / "README.md").read_text()
-    for code, rule in all_rules().items():
-        row = re.search(rf"^\| {code} \| {re.escape(rule.name)} \|[^\n]*$", text, re.M)
-        assert row, f"{code} ({rule.name}) is missing from the README's rule table"
-        cells = [c.strip() for c in row.group(0).strip("|").split("|")]
-        fix = rule.fix_class.replace(" or ", " / ")
-        assert cells[3] == fix, f"{code}: README says fix {cells[3]!r}, the rule says {fix!r}"
-        assert cells[4] == ("on" if rule.default else "off"), f"{code}: default differs"
-
-
 def test_readme_configuration_example_is_accepted(tmp_path):
     from perflint.config import Resolver
 

@@ -1,6 +1,6 @@
 """The rules' layout and metadata: one rule a file, found by walking the package; what other
-parts of perflint need to know about a rule (fix class, per-step claim, editor tags) is read
-from the rule class, never from a list of codes kept by hand."""
+parts of perflint need to know about a rule (fix class, per-step claim, editor tags, the
+README's table) is read from the rule class, never from a list of codes kept by hand."""
 
 from __future__ import annotations
 
@@ -122,3 +122,21 @@ def test_no_rule_code_is_written_outside_the_rules():
                     and CODE.fullmatch(node.value.strip())):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
     assert not found, "rule codes written by hand:\n" + "\n".join(found)
+
+
+def test_readme_rule_table_is_the_rules_metadata():
+    """Each row is code, name, summary, fix class and default as the rule declares them;
+    `python -m perflint.ruledoc` writes the table."""
+    from perflint.ruledoc import README_TABLE_HEAD, readme_table
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index(README_TABLE_HEAD)
+    rows = []
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
+    expected = [[code, r.name, r.summary, str(r.fix_class), "on" if r.default else "off"]
+                for code, r in all_rules().items()]
+    assert rows == expected, "regenerate the README's rule table: python -m perflint.ruledoc"
+    assert text[start:start + len(readme_table())] == readme_table()
