@@ -9,7 +9,7 @@ jobs, then another worker's queued ones (parsing them again rather than waiting)
 
 A worker that dies (a crash in native code, the out-of-memory killer) costs only the job it
 was running: its result stays None for the caller to retry, its queued jobs go to the
-others.  Project indexes (`engine.PROJECTS`) are sent to every worker when they change.
+others.  Project indexes (`jobs.PROJECTS`) are sent to every worker when they change.
 """
 
 from __future__ import annotations
@@ -28,34 +28,34 @@ TREE_BUDGET = 32 << 20
 def _worker(conn, budget: int) -> None:
     import signal
 
-    from perflint import engine
+    from perflint import engine, jobs
 
     # Ctrl-C is the parent's to handle: it stops the workers (see `Pool.close`).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    engine._worker_init()
+    jobs._worker_init()
     engine.TREES.enable(budget)
     try:
-        _serve(conn, engine)
+        _serve(conn, jobs)
     except (EOFError, OSError):
         return  # the parent is gone
 
 
-def _serve(conn, engine) -> None:
+def _serve(conn, jobs) -> None:
     while True:
         msg = conn.recv()
         if msg[0] == "stop":
             return
         if msg[0] == "projects":
-            engine.PROJECTS.clear()
-            engine.PROJECTS.update(msg[1])
+            jobs.PROJECTS.clear()
+            jobs.PROJECTS.update(msg[1])
             continue
         _, i, job = msg
-        r = engine.run_job(job)
+        r = jobs.run_job(job)
         try:
             conn.send((i, r))
         except Exception as exc:  # noqa: BLE001 - a result that cannot be pickled
             conn.send((i, FileResult(path=job.path, errors=[
-                FileError(job.path, ErrorKind.INTERNAL, f"worker failed: {exc}; {engine.BUG_HINT}")])))
+                FileError(job.path, ErrorKind.INTERNAL, f"worker failed: {exc}; {jobs.BUG_HINT}")])))
 
 
 class Pool:
@@ -88,13 +88,13 @@ class Pool:
             self.alive.append(True)
 
     def _send_projects(self) -> None:
-        from perflint import engine
+        from perflint import jobs
 
-        now = {root: id(index) for root, index in engine.PROJECTS.items()}
+        now = {root: id(index) for root, index in jobs.PROJECTS.items()}
         if now == self._sent:
             return
         self._sent = now
-        payload = ("projects", dict(engine.PROJECTS))
+        payload = ("projects", dict(jobs.PROJECTS))
         for w, conn in enumerate(self.conns):
             if self.alive[w]:
                 try:

@@ -223,13 +223,13 @@ class ProjectPhase:
 
     def __init__(self, keys: list[str], raws: dict[str, bytes], shas: dict[str, str], given: list[str],
                  use_cache: bool, options_of: dict) -> None:
-        from perflint import engine
         from perflint.cache import cache_dir
+        from perflint.jobs import PROJECTS
 
         # The first lints (phase 1) run without a project: an index left from an earlier run
         # in this process would answer their questions from stale summaries, and a stale
         # answer that no longer holds would never be re-asked.
-        engine.PROJECTS.clear()
+        PROJECTS.clear()
         self.keys = keys
         self.raws = raws
         self.shas = shas
@@ -263,7 +263,8 @@ class ProjectPhase:
         return self.roots.get(key)
 
     def first_jobs(self, fix: bool) -> list:
-        from perflint.engine import Job, LintOptions
+        from perflint.engine import LintOptions
+        from perflint.jobs import Job
 
         jobs = []
         for k in self.keys:
@@ -291,9 +292,9 @@ class ProjectPhase:
 
     def complete(self, workers: int, pool=None) -> None:
         """Summarise what the checked files need, then build each root's index."""
-        from perflint import engine
         from perflint.cache import digest
-        from perflint.engine import Job, LintOptions
+        from perflint.engine import LintOptions
+        from perflint.jobs import PROJECTS, Job, run_jobs
 
         for root in sorted(self.summaries):
             all_files = set(project_paths(root))
@@ -337,11 +338,11 @@ class ProjectPhase:
                     if raw is None:
                         continue
                     jobs.append(Job(path=f, options=LintOptions(codes=(), prefilter=False), raw=raw, summarise=True))
-                for r in engine.run_jobs(jobs, workers, pool=pool):
+                for r in run_jobs(jobs, workers, pool=pool):
                     self.take(r)
             self.indexes[root] = ProjectIndex(Path(root), self.summaries[root], all_files)
-        engine.PROJECTS.clear()
-        engine.PROJECTS.update(self.indexes)
+        PROJECTS.clear()
+        PROJECTS.update(self.indexes)
 
     def relevant(self, key: str, questions: list[str]) -> bool:
         """Whether a question the file's first analysis asked now has an answer."""

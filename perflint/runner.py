@@ -17,7 +17,8 @@ from perflint.cache import Cache, cache_dir, digest
 from perflint.config import Resolver, Settings
 from perflint.diagnostics import ErrorKind, FileError, FileResult
 from perflint.discovery import discover
-from perflint.engine import Job, LintOptions, default_workers, run_jobs
+from perflint.engine import LintOptions
+from perflint.jobs import Job, default_workers, run_jobs
 from perflint.projectrun import ProjectPhase
 from perflint.options import options_for
 from perflint.selection import fixable_codes, write_snapshot

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-import perflint.engine as engine
+import perflint.jobs as jobs
 from cli_support import AMP, CLEAN, LOADER, cold_then_warm, run, write
 from perflint import runner
 from perflint.config import Resolver
@@ -26,13 +26,13 @@ def proj(tmp_path, monkeypatch):
 def analysed(monkeypatch):
     """The paths the engine analyses (the in-process runs of these small trees)."""
     seen: list[str] = []
-    real = engine.run_job
+    real = jobs.run_job
 
     def spy(job):
         seen.append(job.path)
         return real(job)
 
-    monkeypatch.setattr(engine, "run_job", spy)
+    monkeypatch.setattr(jobs, "run_job", spy)
     return seen
 
 

@@ -11,7 +11,8 @@ import pytest
 from fixture_support import FIXTURES
 from perflint import engine, runner
 from perflint.config import Resolver
-from perflint.engine import Job, LintOptions, TreeStore
+from perflint.engine import LintOptions, TreeStore
+from perflint.jobs import Job
 from perflint.pool import Pool, can_fork
 
 PROJECTS = FIXTURES / "projects"

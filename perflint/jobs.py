@@ -1,0 +1,187 @@
+"""Many files: one job a file, run in this process or in worker processes.
+
+`run_jobs` gives the jobs to forked worker processes when there are enough of them to pay
+for the start-up (or to the workers of a `perflint.pool.Pool` that live for a whole project
+run), and retries, one at a time, the jobs of a worker that died.  Each job is
+`perflint.api.check_file` or `fix_file` on one file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from perflint.api import check_file, fix_file
+from perflint.diagnostics import ErrorKind, FileError, FileResult
+from perflint.engine import BUG_HINT, TREES, LintOptions
+
+
+@dataclass
+class Job:
+    path: str
+    options: LintOptions
+    fix: bool = False
+    unsafe: bool = False
+    raw: bytes | None = None
+    fixable: frozenset[str] | None = None
+    # Cross-module analysis: the project root whose index (`PROJECTS`) answers this file's
+    # questions, and whether to return the file's module summary.
+    root: str | None = None
+    summarise: bool = False
+    # A first pass of a project run: whether the process may keep the parsed tree for the
+    # second ("always": a fix run fixes every file next; "asked": a check re-checks only a
+    # file that asked its project something; "": no second pass).
+    keep: str = ""
+
+
+# Project indexes by root, set before the worker processes are forked (they inherit them).
+PROJECTS: dict = {}
+
+
+def _view(job: Job):
+    if job.root is None:
+        return None
+    from perflint.analysis.project import ProjectView
+
+    return ProjectView(PROJECTS.get(job.root), job.path)
+
+
+def _fixable_pred(job: Job):
+    if job.fixable is None:
+        return None
+    allowed = job.fixable
+    return lambda code: code in allowed
+
+
+def run_job(job: Job) -> FileResult:
+    """One job; a first pass (`job.keep`) keeps its tree in `TREES` when a second pass may
+    need it: a fix run fixes every file, a check re-checks only files that asked the project
+    something (`result.kept` says whether it was kept)."""
+    result = _run_job(job)
+    if TREES.budget:
+        result.kept = TREES.end_job(job.path, not result.errors and (
+            job.keep == "always" or (job.keep == "asked" and bool(result.questions))))
+    return result
+
+
+def _run_job(job: Job) -> FileResult:
+    try:
+        if job.fix:
+            return fix_file(job.path, job.raw, job.options, unsafe=job.unsafe, fixable=_fixable_pred(job),
+                            project=_view(job))
+        return check_file(job.path, job.raw, job.options, project=_view(job), summarise=job.summarise)
+    except RecursionError:
+        return FileResult(path=job.path, errors=[FileError(job.path, ErrorKind.INTERNAL, "too deeply nested to analyse")])
+    except Exception as exc:  # noqa: BLE001
+        return FileResult(
+            path=job.path,
+            errors=[FileError(job.path, ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}; {BUG_HINT}".splitlines()[0])],
+        )
+
+
+def preload() -> None:
+    """Import the rules (and libcst) once, before worker processes are forked from us."""
+    from perflint.rules import all_rules
+
+    import perflint.analysis  # noqa: F401
+    import perflint.positions  # noqa: F401
+
+    all_rules()
+
+
+def default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _worker_init() -> None:
+    # A parse allocates millions of small objects and frees them by reference counting;
+    # the cyclic collector only slows that down.  Objects inherited from the parent are
+    # frozen out of its reach.
+    import gc
+
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 50)
+
+
+def run_jobs(
+    jobs: list[Job],
+    workers: int,
+    progress: Callable[[FileResult], None] | None = None,
+    *,
+    on_start: Callable[[], Callable[[FileResult], None] | None] | None = None,
+    pool=None,
+) -> list[FileResult]:
+    """Run jobs, in worker processes when there are enough of them to pay for the start-up.
+
+    Results come back in the order of `jobs`.  `on_start`, if given, is called once the
+    workers exist (so that no thread, such as a progress display's, is running when they
+    are forked) and returns the per-result callback.  A worker that dies (a crash in native
+    code, the out-of-memory killer) costs only the file it was working on.
+    """
+    if jobs:
+        preload()
+    if pool is not None and jobs and (pool.started or len(jobs) >= 8):
+        # Workers that live for the whole run (see `perflint.pool`).
+        out = pool.run(jobs, progress, on_start)
+        return _retry_lost(jobs, out, progress)
+    if workers <= 1 or len(jobs) < 8 or pool is not None:
+        if on_start is not None:
+            progress = on_start() or progress
+        results: list[FileResult] = []
+        for job in jobs:
+            r = run_job(job)
+            results.append(r)
+            if progress:
+                progress(r)
+        return results
+    out: list[FileResult | None] = [None] * len(jobs)
+    # Largest files first keeps the workers evenly loaded.
+    order = sorted(range(len(jobs)), key=lambda i: -(len(jobs[i].raw) if jobs[i].raw is not None else 0))
+    progress = _pool_run(jobs, order, out, min(workers, len(jobs)), progress, on_start)
+    return _retry_lost(jobs, out, progress)
+
+
+def _retry_lost(jobs: list[Job], out: list[FileResult | None], progress) -> list[FileResult]:
+    """Jobs lost with a dead worker: again, one worker at a time, so that the file that kills
+    a worker is found and reported and the others still get their results."""
+    for i in [i for i, r in enumerate(out) if r is None]:
+        _pool_run(jobs, [i], out, 1, progress, None)
+        if out[i] is None:
+            out[i] = FileResult(path=jobs[i].path, errors=[FileError(
+                jobs[i].path, ErrorKind.INTERNAL, f"the worker process checking this file died; {BUG_HINT}")])
+            if progress:
+                progress(out[i])
+    return [r for r in out if r is not None]
+
+
+def _pool_run(jobs, order, out, workers, progress, on_start):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as pool:
+        futures = {}
+        for i in order:
+            try:
+                futures[pool.submit(run_job, jobs[i])] = i
+            except BrokenProcessPool:
+                break  # a worker died while jobs were still being handed out: the rest is retried
+        if on_start is not None:
+            progress = on_start() or progress
+        for fut in as_completed(futures):
+            i = futures[fut]
+            try:
+                r = fut.result()
+            except BrokenProcessPool:
+                continue  # retried by the caller
+            except Exception as exc:  # noqa: BLE001 - a result that could not be sent back
+                r = FileResult(path=jobs[i].path, errors=[FileError(jobs[i].path, ErrorKind.INTERNAL, f"worker failed: {exc}; {BUG_HINT}")])
+            out[i] = r
+            if progress:
+                progress(r)
+    return progress
