@@ -1,4 +1,5 @@
-"""PF502 accumulation-without-no-sync: DDP gradient accumulation all-reduces on every micro-batch."""
+"""PF502 accumulation-without-no-sync: DDP gradient accumulation all-reduces on every micro-
+batch."""
 
 from __future__ import annotations
 

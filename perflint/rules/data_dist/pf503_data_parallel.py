@@ -10,7 +10,7 @@ import libcst as cst
 from perflint.analysis import Facts, call_name, iter_nodes, literal_value
 from perflint.names import dotted
 from perflint.rules.base import Rule, Violation
-from perflint.rules.common import file_trains, trains_in, is_training_file, runs_once
+from perflint.rules.common import file_trains, is_training_file, runs_once, trains_in
 
 
 class DataParallel(Rule):

@@ -1,4 +1,5 @@
-"""PF504 audio-decoded-as-float64: soundfile decodes to float64 and the samples are cast to float32."""
+"""PF504 audio-decoded-as-float64: soundfile decodes to float64 and the samples are cast to
+float32."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""PF1 — data loading: DataLoader options and host-to-device copies: what several of the family's rules share."""
+"""What several PF1 rules (data loading) share: a DataLoader call's options and worker count,
+where a dataset, a batch or a collate function's output lives (host or device), whether a
+loader is read once or cheaply, and torch's dtype names."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from perflint.analysis import (
     iter_nodes,
     literal_value,
 )
-from perflint.rules.common import COMPREHENSIONS, throttled_in_loop, trains_in, runs_once
+from perflint.rules.common import COMPREHENSIONS, runs_once, throttled_in_loop, trains_in
 
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
@@ -150,8 +152,6 @@ def moves_to_device(facts: Facts, node: cst.CSTNode) -> bool:
     return False
 
 
-DTYPES = {"float", "float32", "float64", "double", "half", "float16", "bfloat16", "int", "int8", "int16", "int32",
-           "int64", "long", "short", "uint8", "bool", "complex64", "complex128", "cfloat"}
 _SHAPE_FACTORIES = {"randn", "rand", "zeros", "ones", "empty", "full", "arange", "range", "linspace", "logspace",
                     "randint", "randperm", "eye", "normal", "bernoulli", "multinomial"}
 _DATA_FACTORIES = {"tensor", "as_tensor", "Tensor", "FloatTensor", "LongTensor", "IntTensor", "DoubleTensor",

@@ -1,4 +1,5 @@
-"""PF101 dataloader-no-workers: DataLoader loads data in the main process (num_workers missing or 0)."""
+"""PF101 dataloader-no-workers: DataLoader loads data in the main process (num_workers missing
+or 0)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from perflint.names import dotted
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.data_loading.helpers import (
     dataloaders,
-    function_node,
-    resolved,
     dataset_origin,
+    function_node,
     iterated_once,
     loader_arg,
     loader_options,
     read_cheaply,
+    resolved,
     token_collator,
 )
 

@@ -11,12 +11,12 @@ from perflint.analysis import Facts, call_name, has_splat
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import trains_in
 from perflint.rules.data_loading.helpers import (
-    dataloaders,
-    read_sites,
     collate_origin,
+    dataloaders,
     dataset_origin,
     loader_options,
     read_cheaply,
+    read_sites,
     token_collator,
 )
 

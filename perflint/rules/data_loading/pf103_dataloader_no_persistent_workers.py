@@ -1,4 +1,5 @@
-"""PF103 dataloader-no-persistent-workers: DataLoader with workers but without persistent_workers."""
+"""PF103 dataloader-no-persistent-workers: DataLoader with workers but without
+persistent_workers."""
 
 from __future__ import annotations
 

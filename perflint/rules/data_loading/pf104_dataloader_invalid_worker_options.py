@@ -1,4 +1,5 @@
-"""PF104 dataloader-invalid-worker-options: worker-only DataLoader options with num_workers=0 (raises ValueError)."""
+"""PF104 dataloader-invalid-worker-options: worker-only DataLoader options with num_workers=0
+(raises ValueError)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""PF106 spawn-context-for-speed: DataLoader workers started with spawn/forkserver without persistent_workers."""
+"""PF106 spawn-context-for-speed: DataLoader workers started with spawn/forkserver without
+persistent_workers."""
 
 from __future__ import annotations
 

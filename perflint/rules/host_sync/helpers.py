@@ -1,4 +1,6 @@
-"""PF2 — host-device synchronisation inside training and evaluation loops: what several of the family's rules share."""
+"""What several PF2 rules (host-device synchronisation) share: which calls and conditions wait
+for the device, which waits an earlier one in the same step has already paid for, and
+whether the host needs the data anyway (an environment step, a timer, a file or a plot)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""PF202 host-sync-in-loop: host-device sync (`.cpu()`, `float(t)`, `print(t)`, `if t:` …) on every iteration."""
+"""PF202 host-sync-in-loop: host-device sync (`.cpu()`, `float(t)`, `print(t)`, `if t:` …) on
+every iteration."""
 
 from __future__ import annotations
 

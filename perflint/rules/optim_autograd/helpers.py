@@ -1,4 +1,6 @@
-"""PF3 — optimizer and autograd: zero_grad, fused optimizers, grad modes, GradScaler order: what several of the family's rules share."""
+"""What several PF3 rules (optimizer and autograd) share: the torch prefix, host-only values,
+scaled backward calls, and the regions (loops, per-step functions) whose calls are read in
+order."""
 
 from __future__ import annotations
 

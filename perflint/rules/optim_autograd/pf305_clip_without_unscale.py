@@ -10,7 +10,7 @@ from perflint.diagnostics import Severity
 from perflint.edits import parse_stmt
 from perflint.analysis import Facts, call_name
 from perflint.rules.base import FixClass, Rule, Violation
-from perflint.rules.optim_autograd.helpers import exclusive, iteration_calls, step_regions, scaled_backward
+from perflint.rules.optim_autograd.helpers import exclusive, iteration_calls, scaled_backward, step_regions
 
 
 def _clip_call(facts: Facts, call: cst.Call) -> bool:

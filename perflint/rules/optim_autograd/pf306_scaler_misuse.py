@@ -9,7 +9,7 @@ import libcst as cst
 from perflint.diagnostics import Severity
 from perflint.analysis import Facts, call_name
 from perflint.rules.base import Rule, Violation
-from perflint.rules.optim_autograd.helpers import exclusive, iteration_calls, step_regions, scaled_backward
+from perflint.rules.optim_autograd.helpers import exclusive, iteration_calls, scaled_backward, step_regions
 
 
 class ScalerMisuse(Rule):

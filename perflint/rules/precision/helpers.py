@@ -1,4 +1,6 @@
-"""PF4 — precision, kernels and tensors: what several of the family's rules share."""
+"""What several PF4 rules (precision, kernels and tensors) share: adding a setting after the
+imports and the settings already there, training frameworks, the model's layers (conv
+nets), casts to low precision and variable input shapes."""
 
 from __future__ import annotations
 

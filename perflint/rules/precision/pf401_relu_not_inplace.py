@@ -1,4 +1,5 @@
-"""PF401 relu-not-inplace: ReLU on a fresh activation could run in place (saves memory, not time)."""
+"""PF401 relu-not-inplace: ReLU on a fresh activation could run in place (saves memory, not
+time)."""
 
 from __future__ import annotations
 

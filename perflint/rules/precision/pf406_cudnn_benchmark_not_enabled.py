@@ -1,4 +1,5 @@
-"""PF406 cudnn-benchmark-not-enabled: conv net trained on CUDA without cudnn.benchmark (or benchmark with determinism)."""
+"""PF406 cudnn-benchmark-not-enabled: conv net trained on CUDA without cudnn.benchmark (or
+benchmark with determinism)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from perflint.rules.common import is_training_file, torch_module_name, words
 from perflint.rules.precision.helpers import (
     CONV_APIS,
     TORCHVISION_CLASSIFIER,
-    variable_input_shapes,
     first_torch_import,
     has_conv_layers,
     insert_setting,
     layer_qualnames,
     settings_near,
+    variable_input_shapes,
 )
 
 

@@ -1,4 +1,5 @@
-"""PF407 compile-misuse: torch.compile in a loop, cudagraph mode on CPU, or graph breaks in compiled code."""
+"""PF407 compile-misuse: torch.compile in a loop, cudagraph mode on CPU, or graph breaks in
+compiled code."""
 
 from __future__ import annotations
 

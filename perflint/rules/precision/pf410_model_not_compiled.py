@@ -10,7 +10,7 @@ from perflint.diagnostics import Severity
 from perflint.analysis import Binding, Facts, call_name
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import is_model_call, is_training_file, torch_module_name, words
-from perflint.rules.precision.helpers import variable_input_shapes, uses_training_framework
+from perflint.rules.precision.helpers import uses_training_framework, variable_input_shapes
 
 
 _NOT_TORCH_COMPILE = {"re.compile", "regex.compile"}
