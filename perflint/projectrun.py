@@ -249,6 +249,12 @@ class ProjectPhase:
             root = self.roots[k]
             self.summaries.setdefault(root, {})
             self._sha_of_abs[self.abs[k]] = shas[k]
+            if not any(t in raws[k] for t in SUMMARY_TOKENS):
+                # Summarised only when another file refers to it (`complete`), as on a cold
+                # run: a cached summary of the same bytes (every empty `__init__.py`) must not
+                # add it, or the project a warm run sees differs from the cold run's and
+                # every cached answer is asked again.
+                continue
             got = self.cache.get(shas[k])
             if got is not None:
                 self.summaries[root][self.abs[k]] = got

@@ -188,3 +188,28 @@ def test_the_facts_survive_the_cache(proj):
     assert first[:-1] == second[:-1]  # the same findings from the cache
     assert second[-1] == "imported libcst: False"  # answered from the cached summaries
     assert any("engine.py:7" in line and "PF403" in line for line in second)
+
+
+def test_a_warm_run_sees_the_project_of_the_cold_run(tmp_path, monkeypatch):
+    """An empty `__init__.py` that nothing imports is not summarised on a cold run; a cached
+    summary of the same bytes (another, imported, empty `__init__.py`) must not add it on a
+    warm run, or the project differs and every cached answer is asked again."""
+    import perflint.analysis.project as project
+    from perflint import runner
+    from perflint.config import Resolver
+
+    write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "engine.py": ENGINE, "main.py": _main('"cuda"'),
+                     "used/__init__.py": "", "used/helpers.py": "def f():\n    return 1\n",
+                     "unused/__init__.py": "", "unused/tool.py": "print('no torch here')\n"})
+    write(tmp_path, {"main.py": _main('"cuda"').replace("from engine import fit", "from engine import fit\nimport used")})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PERFLINT_CACHE_DIR", str(tmp_path / "cache"))
+    asked = []
+    digest = project.answers_digest
+    monkeypatch.setattr(project, "answers_digest", lambda *a, **k: asked.append(a[1]) or digest(*a, **k))
+    cold = runner.run(["."], Resolver(), jobs=1)
+    assert asked
+    asked.clear()
+    warm = runner.run(["."], Resolver(), jobs=1)
+    assert asked == [] and warm.cached == len(warm.results)
+    assert [r.diagnostics for r in warm.results] == [r.diagnostics for r in cold.results]

@@ -534,8 +534,8 @@ def _escapes(facts) -> list[str]:
     aliases, relative, local = facts.imports.aliases, facts.imports.relative, facts.functions_by_name
     for name in facts.index[cst.Name]:
         v = name.value
-        if v not in local and v not in aliases and v not in relative:
-            continue
+        if v not in local and v not in aliases and v not in relative or v[:1].isupper():
+            continue  # (a capitalised name is a class: its constructor takes no parameter facts)
         parent = facts.parent(name)
         if isinstance(parent, cst.Call) and parent.func is name:
             continue
@@ -551,7 +551,8 @@ def _escapes(facts) -> list[str]:
         if not isinstance(attr.value, cst.Name) or attr.value.value not in aliases and attr.value.value not in relative:
             continue
         parent = facts.parent(attr)
-        if isinstance(parent, cst.Call) and parent.func is attr or isinstance(parent, (cst.Attribute, cst.Decorator)):
+        if isinstance(parent, cst.Call) and parent.func is attr or isinstance(parent, (cst.Attribute, cst.Decorator)) \
+                or attr.attr.value[:1].isupper():
             continue
         ref = reference(facts, attr)
         if ref is not None:
