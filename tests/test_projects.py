@@ -34,14 +34,6 @@ REPO = FIXTURES.parent
 # project → {file: why its annotations cannot all be met yet} (gaps in the rules or the
 # single-file analysis, listed in fixtures/projects/README.md).
 GAPS: dict[str, dict[str, str]] = {
-    "p16_engine_kwargs_factory": {
-        "engine.py": "PF403: the step's forward runs in a same-file helper (`step_loss(model, batch, device)`); "
-                     "the rule looks for a model call in the loop itself",
-    },
-    "p20_model_factories": {
-        f"train_{v}.py": "PF406 points at the first torch import: the rule's anchor does not know a model "
-                         "picked by name" for v in ("registry", "tv", "getattr")
-    },
 }
 
 _CALLED_FROM = re.compile(r"#\s*expect:[^#\n]*\(runs once per step: called from (?P<where>[\w./-]+:\d+)\)")

@@ -184,9 +184,8 @@ class NoGradInEval(Rule):
             for node in iter_nodes(scope):
                 if isinstance(node, cst.Name) and node.value in assigned and node not in inside:
                     if facts.order.get(node, 0) > end:
-                        parent = facts.parent(node)
-                        if isinstance(parent, cst.AssignTarget):
-                            continue
+                        if _rebinds(facts, node):
+                            continue  # `_, a, _ = line.split()` binds `_` again: no read
                         if _host_only_use(facts, node):
                             continue
                         return True
@@ -196,3 +195,16 @@ class NoGradInEval(Rule):
 def _host_only_use(facts: Facts, node: cst.CSTNode) -> bool:
     kinds = facts.kinds(node)
     return bool(kinds) and kinds <= {"number", "numpy", "int"}
+
+
+def _rebinds(facts: Facts, name: cst.Name) -> bool:
+    """The name is (part of) an assignment or loop target: bound there, not read."""
+    node: cst.CSTNode = name
+    parent = facts.parent(node)
+    while isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
+        node, parent = parent, facts.parent(parent)
+    if isinstance(parent, cst.AssignTarget):
+        return True
+    if isinstance(parent, (cst.For, cst.CompFor)) and parent.target is node:
+        return True
+    return isinstance(parent, cst.AnnAssign) and parent.target is node

@@ -11,6 +11,7 @@ from perflint.diagnostics import Severity
 from perflint.analysis import Facts, call_name, iter_nodes
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import (
+    enclosing_block,
     forward_range,
     is_model_call,
     optimizes_inputs_only,
@@ -27,6 +28,22 @@ from perflint.rules.precision.helpers import (
     settings_near,
     uses_training_framework,
 )
+
+
+def _helper_forward_call(facts: Facts, backward: cst.Call) -> cst.Call | None:
+    """The nearest call before `backward`, in its block, of a function of this file that runs
+    the model it is handed (`loss = step_loss(model, batch, device)`)."""
+    where = enclosing_block(facts, backward)
+    if where is None or isinstance(where[0], cst.Module):
+        return None
+    block, bi = where
+    scope = facts.scope_of(backward)
+    for st in reversed(list(block.body)[:bi + 1]):
+        found = [n for n in iter_nodes(st) if isinstance(n, cst.Call) and facts.scope_of(n) is scope
+                 and n is not backward and facts.helper_runs_model(n)]
+        if found:
+            return found[0]
+    return None
 
 
 def script_device_test(facts: Facts, at: cst.CSTNode, region: cst.CSTNode | None = None,
@@ -152,7 +169,9 @@ class NoMixedPrecision(Rule):
     emulation). The fix wraps the statements from the first model call to the statement that
     produces the tensor passed to `.backward()`, when they sit in the same block as the
     backward call; `backward()` and the optimizer step stay outside, comments stay in place.
-    No fix when the loss is computed in the backward statement itself, or across blocks.
+    No fix when the loss is computed in the backward statement itself, or across blocks, nor
+    when the forward runs in a helper of the file (`loss = step_loss(model, batch)`, reported
+    at that call).
     No fix either in files whose loss uses `acos`/`asin` (ArcFace / additive-angular-margin
     losses): they clamp the cosine to `1 - 1e-7`, which bf16 rounds to 1.0, so under autocast
     `acos` has an infinite gradient (NaN gradients, reproduced under CPU bf16 autocast), and
@@ -215,6 +234,10 @@ class NoMixedPrecision(Rule):
             if ctx is None or ctx.kind != "train" or not self._updates_weights(facts, ctx.node):
                 continue
             block, start, end, first = forward_range(facts, call)
+            if first is None:
+                # `loss = step_loss(model, batch, device)`: the forward runs in a helper of
+                # this file; reported at that call, without a rewrite.
+                first, block = _helper_forward_call(facts, call), None
             if first is None:
                 continue
             if block is not None and _forward_starts_earlier(facts, block, start, end):

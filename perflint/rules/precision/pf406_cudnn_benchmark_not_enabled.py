@@ -79,6 +79,12 @@ def _first_conv_call(facts: Facts) -> cst.Call | None:
     candidates = [c for c in facts.calls()
                   if (facts.qualname(c.func) or "") in CONV_APIS or TORCHVISION_CLASSIFIER.match(facts.qualname(c.func) or "")]
     best = min(candidates, key=lambda c: (_frozen(facts, c), facts.order[c])) if candidates else None
+    if best is None:
+        # A model picked by name (`ARCHS[args.arch](...)`, `models.__dict__[arch]()`).
+        for call in facts.calls():
+            if isinstance(call.func, (cst.Subscript, cst.Call)) and any(
+                    q in CONV_APIS or TORCHVISION_CLASSIFIER.match(q) for q in facts.factory_layer_apis(call.func)):
+                return call
     if best is None and facts.project is not None:
         # The layers are built in another module: point at the model the file builds there.
         for call in facts.calls():
@@ -167,7 +173,8 @@ class CudnnBenchmarkNotEnabled(Rule):
     conflict: which of the two the user wants is unknown.
 
     ## Applies to
-    All torch versions; CUDA code only.
+    All torch versions; CUDA code only. A model picked by name (`ARCHS[args.arch](...)`,
+    `torchvision.models.__dict__[arch]()`) counts with the layers of every choice.
 
     ## References
     - PyTorch performance tuning guide, "Enable cuDNN auto-tuner"
