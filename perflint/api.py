@@ -65,6 +65,8 @@ class FixResult:
     text: str  # the fixed source (the input itself when nothing was fixed)
     applied: dict[str, int] = field(default_factory=dict)  # fixes applied, by rule code
     remaining: list[Diagnostic] = field(default_factory=list)  # what is reported after fixing
+    # Fixes that were not applied because their output did not parse (the others were).
+    fix_errors: list[FileError] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -112,8 +114,10 @@ def _raw(text: str | bytes) -> bytes:
 
 
 def _raise_first(errors: list[FileError]) -> None:
-    if errors:
-        raise PerflintError(errors[0])
+    """Raise for input that could not be read or parsed; a fix that was dropped is not one."""
+    fatal = [e for e in errors if e.kind is not ErrorKind.FIX]
+    if fatal:
+        raise PerflintError(fatal[0])
 
 
 def check_file(path: str, raw: bytes | None, options, *, project=None, summarise: bool = False):
@@ -175,4 +179,4 @@ def fix_source(text: str | bytes, path: str = "<stdin>.py", *, unsafe: bool | No
     else:
         out = read_source(path, raw).text
     return FixResult(out, dict(result.fixes_applied) if result.fixed_bytes is not None else {},
-                     list(result.diagnostics))
+                     list(result.diagnostics), [e for e in result.errors if e.kind is ErrorKind.FIX])

@@ -17,7 +17,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 from perflint import __version__
 from perflint.diagnostics import (
@@ -693,19 +693,3 @@ def _split_fixed(applied: dict[str, int], src: Source, before, after: list[Diagn
         if more > 0:
             uncovered[code] = more
     return original, uncovered
-
-
-def fix_source(text: str, *, unsafe: bool = False, codes: Sequence[str] | None = None,
-               target_torch: tuple[int, int] = (2, 4), path: str = "<string>") -> str:
-    """Return `text` with perflint's fixes applied (the verifier's "after" script).
-
-    Raises ValueError when the text does not parse.
-    """
-    from perflint.rules import all_rules
-
-    options = LintOptions(codes=tuple(codes or all_rules()), target_torch=target_torch, prefilter=False)
-    new, _, errors = fix_text(text, path, options, unsafe)
-    syntax = [e for e in errors if e.kind in (ErrorKind.SYNTAX, ErrorKind.PARSE)]
-    if syntax:
-        raise ValueError(syntax[0].one_line())
-    return new

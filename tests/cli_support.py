@@ -149,3 +149,11 @@ def cold_then_warm(folder: Path) -> tuple[list[str], list[str]]:
         assert r.stdout.splitlines(), r.stderr
     first, second = (r.stdout.splitlines() for r in runs)
     return first, second
+
+
+def fix_source(text: str, *, unsafe: bool = False, codes=None, target_torch: str = "2.4") -> str:
+    """`text` with the fixes of `codes` applied, as `perflint fix` applies them (no configuration)."""
+    from perflint.api import fix_source as _fix_source
+
+    return _fix_source(text, path="train.py", unsafe=unsafe, select=list(codes or ["ALL"]),
+                       target_torch=target_torch, config=False).text

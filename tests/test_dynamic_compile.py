@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from perflint.engine import fix_source  # noqa: E402
+from cli_support import fix_source  # noqa: E402
 
 SCRIPT = textwrap.dedent(
     """

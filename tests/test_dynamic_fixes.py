@@ -17,7 +17,8 @@ torch = pytest.importorskip("torch")
 
 from pathlib import Path  # noqa: E402
 
-from perflint.engine import LintOptions, fix_source, lint_bytes  # noqa: E402
+from cli_support import fix_source  # noqa: E402
+from perflint.engine import LintOptions, lint_bytes  # noqa: E402
 
 FIXTURES_RULES = Path(__file__).resolve().parent.parent / "fixtures" / "rules"
 

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-from perflint.engine import fix_source  # noqa: E402
+from cli_support import fix_source  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -71,7 +71,7 @@ _TF32 = 'torch.set_float32_matmul_precision("high")\n'
 
 
 def _settings(src: str, codes=("PF405",)) -> str:
-    from perflint.engine import fix_source
+    from cli_support import fix_source
 
     return fix_source(src, unsafe=True, codes=list(codes))
 

@@ -10,7 +10,8 @@ import pytest
 
 from fixture_support import FIXTURES
 from perflint.diagnostics import Severity
-from perflint.engine import LintOptions, fix_source, lint_bytes
+from cli_support import fix_source
+from perflint.engine import LintOptions, lint_bytes
 from perflint.rules import FixClass, all_rules
 
 CODES = ["PF401", "PF403", "PF404", "PF405", "PF406", "PF407", "PF408", "PF409", "PF501", "PF502", "PF503"]

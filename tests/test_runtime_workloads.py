@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from perflint.engine import fix_source  # noqa: E402
+from cli_support import fix_source  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS_DIR = ROOT / "fixtures" / "workloads"
