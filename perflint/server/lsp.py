@@ -26,13 +26,14 @@ from pygls.uris import to_fs_path
 from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
 
 from perflint import __version__
-from perflint.diagnostics import Applicability, Diagnostic, Severity
+from perflint.diagnostics import Diagnostic, Severity
 from perflint.rules import docs_url
+from perflint.server.actions import FIX_ALL_KIND, CodeActions
+from perflint.server.actions import lines_of as _lines
 from perflint.server.checker import (
     Checker,
     Doc,
     Report,
-    noqa_insertion,
     parse_client_settings,
     rule_markdown,
 )
@@ -40,13 +41,11 @@ from perflint.server.checker import (
 log = logging.getLogger("perflint.server")
 
 SOURCE = "perflint"
-FIX_ALL_KIND = "source.fixAll.perflint"
 DEBOUNCE_S = 0.03  # wait this long after a change for the next one before checking
 REFRESH_S = 0.5  # and this long after an edited file's check before updating its project
 _SEVERITY = {Severity.ERROR: lsp.DiagnosticSeverity.Error, Severity.WARNING: lsp.DiagnosticSeverity.Warning,
              Severity.INFO: lsp.DiagnosticSeverity.Information}
 _CONFIG_NAMES = re.compile(r"^(pyproject\.toml|requirements.*\.txt)$")
-_NEWLINE = re.compile(r"\r\n?|\n")
 
 
 @functools.lru_cache(maxsize=None)
@@ -64,10 +63,6 @@ def diagnostic_tags(code: str) -> list[lsp.DiagnosticTag] | None:
     return list(_rule_tags(code)) or None
 
 
-def _lines(text: str) -> list[str]:
-    return _NEWLINE.split(text)
-
-
 class PerflintServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__(
@@ -79,6 +74,7 @@ class PerflintServer(LanguageServer):
             ),
         )
         self.checker = Checker(log=self.log_error)
+        self.actions = CodeActions(self)
         self.debounce = DEBOUNCE_S
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="perflint-check")
         self.pending: dict[str, asyncio.TimerHandle] = {}
@@ -335,145 +331,6 @@ class PerflintServer(LanguageServer):
     def in_cell(self, report: Report, cell: int | None) -> list[Diagnostic]:
         return [d for d in report.diagnostics if d.cell == cell]
 
-    # -- code actions ----------------------------------------------------------------------
-    def _supports_resolve(self) -> bool:
-        ca = getattr(self.client_capabilities.text_document, "code_action", None) if self.client_capabilities.text_document else None
-        rs = getattr(ca, "resolve_support", None) if ca is not None else None
-        return bool(rs is not None and "edit" in (rs.properties or []))
-
-    def _supports_document_changes(self) -> bool:
-        ws = self.client_capabilities.workspace
-        we = getattr(ws, "workspace_edit", None) if ws is not None else None
-        return bool(we is not None and we.document_changes)
-
-    def workspace_edit(self, edits: dict[str, list[lsp.TextEdit]]) -> lsp.WorkspaceEdit:
-        if self._supports_document_changes():
-            changes = []
-            for uri, text_edits in edits.items():
-                doc = self.text_document(uri)
-                changes.append(lsp.TextDocumentEdit(
-                    text_document=lsp.OptionalVersionedTextDocumentIdentifier(uri=uri, version=doc.version if doc else None),
-                    edits=text_edits))
-            return lsp.WorkspaceEdit(document_changes=changes)
-        return lsp.WorkspaceEdit(changes=edits)
-
-    def cell_uri(self, key: str, cell: int | None) -> str:
-        if cell is None:
-            return key
-        nb = self.workspace.get_notebook_document(notebook_uri=key)
-        return nb.cells[cell - 1].document if nb is not None and 0 < cell <= len(nb.cells) else key
-
-    async def fix_edit(self, report: Report, d: Diagnostic) -> lsp.WorkspaceEdit | None:
-        edits = await self.run(self.checker.edits_for, report, d)
-        if not edits:
-            return None
-        lines = _lines(self.text_of(report, d.cell))
-        text_edits = [lsp.TextEdit(range=self.to_range(lines, e.location.row, e.location.column,
-                                                       e.end_location.row, e.end_location.column), new_text=e.content)
-                      for e in edits]
-        return self.workspace_edit({self.cell_uri(report.doc.key, d.cell): text_edits})
-
-    async def fix_all_edit(self, report: Report) -> lsp.WorkspaceEdit | None:
-        new = await self.run(self.checker.fix_all, report)
-        if new is None:
-            return None
-        if isinstance(new, str):
-            return self.workspace_edit({report.doc.key: [self.replace_all(report.doc.text or "", new)]})
-        edits: dict[str, list[lsp.TextEdit]] = {}
-        for i, ((kind, old), text) in enumerate(zip(report.doc.cells or [], new), start=1):
-            if kind == "code" and old != text:
-                edits[self.cell_uri(report.doc.key, i)] = [self.replace_all(old, text)]
-        return self.workspace_edit(edits) if edits else None
-
-    def replace_all(self, old: str, new: str) -> lsp.TextEdit:
-        """One edit turning `old` into `new`: the span between their common prefix and suffix."""
-        start = 0
-        limit = min(len(old), len(new))
-        while start < limit and old[start] == new[start]:
-            start += 1
-        end_old, end_new = len(old), len(new)
-        while end_old > start and end_new > start and old[end_old - 1] == new[end_new - 1]:
-            end_old -= 1
-            end_new -= 1
-        lines = _lines(old)
-        r1, c1 = _row_col(old, start)
-        r2, c2 = _row_col(old, end_old)
-        return lsp.TextEdit(range=self.to_range(lines, r1, c1, r2, c2), new_text=new[start:end_new])
-
-    def noqa_action(self, report: Report, d: Diagnostic, lsp_diag: lsp.Diagnostic) -> lsp.CodeAction | None:
-        text = self.text_of(report, d.cell)
-        where = noqa_insertion(text, d.location.row, d.code)
-        if where is None:
-            return None
-        row, col, insert = where
-        edit = lsp.TextEdit(range=self.to_range(_lines(text), row, col, row, col), new_text=insert)
-        return lsp.CodeAction(title=f"Suppress {d.code} on this line (# noqa)", kind=lsp.CodeActionKind.QuickFix,
-                              diagnostics=[lsp_diag],
-                              edit=self.workspace_edit({self.cell_uri(report.doc.key, d.cell): [edit]}))
-
-    async def code_actions(self, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
-        key, cell = self.key_of(params.text_document.uri)
-        report = await self.report_for(key)
-        if report is None:
-            return []
-        only = params.context.only
-        want_quick = not only or any(lsp.CodeActionKind.QuickFix.startswith(k) or k.startswith("quickfix") for k in only)
-        want_all = not only or any(FIX_ALL_KIND.startswith(k) for k in only)
-        lazy = self._supports_resolve()
-        out: list[lsp.CodeAction] = []
-        lines = _lines(self.text_of(report, cell))
-        first, last = params.range.start.line + 1, params.range.end.line + 1
-        if want_quick:
-            for d in self.in_cell(report, cell):
-                if d.end_location.row < first or d.location.row > last:
-                    continue
-                lsp_diag = self.lsp_diagnostic(d, lines, report)
-                if report.fix_allowed(d):
-                    safety = "safe" if d.fix.applicability is Applicability.SAFE else "unsafe"
-                    action = lsp.CodeAction(
-                        title=f"Fix {d.code}: {d.fix.message} ({safety} fix)", kind=lsp.CodeActionKind.QuickFix,
-                        diagnostics=[lsp_diag], is_preferred=safety == "safe",
-                        data={"key": key, "version": report.doc.version, "what": "fix",
-                              "diag": [d.code, d.cell, d.location.row, d.location.column]})
-                    if not lazy:
-                        action.edit = await self.fix_edit(report, d)
-                        if action.edit is None:
-                            action = None
-                    if action is not None:
-                        out.append(action)
-                noqa = self.noqa_action(report, d, lsp_diag)
-                if noqa is not None:
-                    out.append(noqa)
-        if want_all and any(report.fix_allowed(d) and d.fix.applicability is Applicability.SAFE
-                            for d in report.diagnostics):
-            action = lsp.CodeAction(title="perflint: fix all safe fixes", kind=FIX_ALL_KIND,
-                                    data={"key": key, "version": report.doc.version, "what": "fixAll"})
-            if not lazy:
-                action.edit = await self.fix_all_edit(report)
-                if action.edit is None:
-                    action = None
-            if action is not None:
-                out.append(action)
-        return out
-
-    async def resolve(self, action: lsp.CodeAction) -> lsp.CodeAction:
-        data = action.data if isinstance(action.data, dict) else {}
-        key = data.get("key")
-        if not isinstance(key, str):
-            return action
-        report = await self.report_for(key)
-        if report is None or report.doc.version != data.get("version"):
-            return action  # the document changed: no edit (the client asks again)
-        if data.get("what") == "fixAll":
-            action.edit = await self.fix_all_edit(report)
-        elif data.get("what") == "fix":
-            code, cell, row, col = data.get("diag") or [None, None, None, None]
-            for d in report.diagnostics:
-                if (d.code, d.cell, d.location.row, d.location.column) == (code, cell, row, col):
-                    action.edit = await self.fix_edit(report, d)
-                    break
-        return action
-
     # -- hover -----------------------------------------------------------------------------
     async def hover(self, params: lsp.HoverParams) -> lsp.Hover | None:
         key, cell = self.key_of(params.text_document.uri)
@@ -530,13 +387,6 @@ def _top_cell(report: Report) -> int | None:
     if cells is None:
         return None
     return next((i for i, (kind, _) in enumerate(cells, start=1) if kind == "code"), 1)
-
-
-def _row_col(text: str, offset: int) -> tuple[int, int]:
-    before = text[:offset]
-    starts = [m.end() for m in _NEWLINE.finditer(before)]
-    row = len(starts) + 1
-    return row, offset - (starts[-1] if starts else 0) + 1
 
 
 def _path_of(uri: str) -> str:
@@ -694,11 +544,11 @@ def create_server() -> PerflintServer:
         code_action_kinds=[lsp.CodeActionKind.QuickFix, lsp.CodeActionKind.SourceFixAll, FIX_ALL_KIND],
         resolve_provider=True))
     async def code_action(ls: PerflintServer, params: lsp.CodeActionParams):
-        return await _guarded(ls, "code actions", ls.code_actions(params), [])
+        return await _guarded(ls, "code actions", ls.actions.code_actions(params), [])
 
     @server.feature(lsp.CODE_ACTION_RESOLVE)
     async def code_action_resolve(ls: PerflintServer, params: lsp.CodeAction):
-        return await _guarded(ls, "resolving a code action", ls.resolve(params), params)
+        return await _guarded(ls, "resolving a code action", ls.actions.resolve(params), params)
 
     @server.feature(lsp.TEXT_DOCUMENT_HOVER)
     async def hover(ls: PerflintServer, params: lsp.HoverParams):
