@@ -432,12 +432,52 @@ def _docs_bound(project_dir: Path) -> tuple[tuple[int, int], Path] | None:
     return best
 
 
+# Code written for torch 0.3 or older: `Variable(x, volatile=True)` (no effect since 0.4) and
+# a loss read as `loss.data[0]` (an error since 0.5), with nothing from 0.4 or later
+# (`.item()`, `torch.no_grad`, AMP, `torch.compile` …).  Advice for today's torch does not
+# apply to such a project, and its fixes would not run on the torch it was written for.
+_LEGACY_CODE = re.compile(rb"\bvolatile\s*=\s*True|\b\w*loss\w*\.data\[0\]|\.(?:sum|mean)\(\)\.data\[0\]", re.I)
+_MODERN_CODE = re.compile(rb"\.item\(\)|\btorch\.(?:cuda\.)?amp\b|\bautocast\b|\btorch\.compile\b|persistent_workers"
+                          rb"|set_to_none|\bno_grad\b|\binference_mode\b|\bGradScaler\b")
+LEGACY_TARGET = (0, 4)
+_SCAN_FILES, _SCAN_BYTES = 3000, 64 << 20
+
+
+def _legacy_code(project_dir: Path) -> Path | None:
+    """A Python file that shows the project was written for torch 0.3, unless another
+    shows torch 0.4 or later (`_LEGACY_CODE`); None when there is none."""
+    import os
+
+    legacy = None
+    files = size = 0
+    skip = set(DEFAULT_EXCLUDE) | {"venv", ".venv", "env", "build", "dist", "site-packages", "node_modules"}
+    for here, dirs, names in os.walk(project_dir):
+        dirs[:] = sorted(d for d in dirs if d not in skip and not d.startswith("."))
+        for name in sorted(names):
+            if not name.endswith(".py"):
+                continue
+            files += 1
+            if files > _SCAN_FILES or size > _SCAN_BYTES:
+                return legacy
+            try:
+                raw = (Path(here) / name).read_bytes()
+            except OSError:
+                continue
+            size += len(raw)
+            if _MODERN_CODE.search(raw):
+                return None
+            if legacy is None and _LEGACY_CODE.search(raw):
+                legacy = Path(here) / name
+    return legacy
+
+
 def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int] | None, str]:
     """The lower bound of a project's torch requirement: pyproject.toml, requirements files,
     setup.cfg / setup.py, a conda environment file, then requirements files one folder down
     (`installation/requirements.txt`, `docker/requirements.txt`), lowest bound first found;
     else, at a project's root, the lowest torch version its README, install notes or
-    Dockerfiles name (`_DOC_BOUNDS`)."""
+    Dockerfiles name (`_DOC_BOUNDS`), else 0.4 for a project whose code was written for
+    torch 0.3 (`_LEGACY_CODE`)."""
     if data is not None:
         found = torch_lower_bound(_pyproject_requirements(data))
         if found is not None:
@@ -469,6 +509,9 @@ def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int]
     docs = _docs_bound(project_dir) if at_root else None
     if docs is not None:
         return docs[0], f"{docs[1]} (the torch version it names)"
+    legacy = _legacy_code(project_dir) if at_root else None
+    if legacy is not None:
+        return LEGACY_TARGET, f"{legacy} (code written for torch 0.3: `volatile=True` or `loss.data[0]`)"
     return None, "default"
 
 

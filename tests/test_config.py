@@ -365,3 +365,40 @@ def test_show_settings_names_the_target_torch_and_its_source(root):
     write(root, {"pyproject.toml": "[tool.perflint]\nselect = 3\n"})
     r = run("check", "--show-settings", "a.py")
     assert r.exit_code == 2 and "pyproject.toml" in r.stderr
+
+
+LEGACY_TRAIN = """\
+import torch
+from torch.autograd import Variable
+from torch.utils.data import DataLoader
+
+loader = DataLoader(ds, batch_size=32, num_workers=4, pin_memory=True)
+for epoch in range(100):
+    for x, y in loader:
+        x = Variable(x.cuda(non_blocking=True))
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "extra, fires",
+    [
+        ({}, True),
+        # Written for torch 0.3: no `persistent_workers` (torch 1.7) advice.
+        ({"models/net.py": "def evaluate(x):\n    return net(Variable(x, volatile=True))\n"}, False),
+        ({"log.py": "def show(loss):\n    print(loss.data[0])\n"}, False),
+        # … unless some file shows torch 0.4 or later.
+        ({"models/net.py": "def evaluate(x):\n    return net(Variable(x, volatile=True))\n",
+          "log.py": "def show(loss):\n    print(loss.item())\n"}, True),
+        # `.data[0]` of a batch is no sign of anything.
+        ({"show.py": "def first(images):\n    return images.data[0]\n"}, True),
+        # A declared requirement wins.
+        ({"models/net.py": "y = net(Variable(x, volatile=True))\n", "requirements.txt": "torch>=2.0\n"}, True),
+    ],
+)
+def test_code_written_for_torch_0_3_gets_no_advice_for_later_torch(root, extra, fires):
+    write(root, {"pyproject.toml": "[tool.perflint]\n", "train.py": LEGACY_TRAIN, **extra})
+    assert (("train.py", "PF103") in findings("--select", "PF103")) is fires
