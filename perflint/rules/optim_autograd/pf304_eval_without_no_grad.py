@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -14,6 +15,16 @@ from perflint.rules.optim_autograd.helpers import host_only, torch_prefix
 
 
 _EVAL_GUARDS = ("backward", "manual_backward", "requires_grad_", "enable_grad")
+
+# A comment saying the region must keep autograd on: "# no torch.no_grad() here: the
+# hooks need gradients", "# don't wrap in no_grad", "# gradients are needed below".
+_KEEP_GRAD = re.compile(
+    r"(?:\bnot?\b|n't|\bwithout\b|\bnever\b|\bavoid\b|\bcannot\b)[^#]*\b(?:no_grad|inference_mode|set_grad_enabled)"
+    r"|\b(?:no_grad|inference_mode)\b[^#]*\b(?:breaks?|would|fails?|must not|cannot|can't)\b"
+    r"|\b(?:need|needs|needed|require|requires|required|keep|keeps)\b[^#]*\bgrad(?:ient)?s?\b"
+    r"|\bgrad(?:ient)?s?\b[^#]*\b(?:needed|required)\b",
+    re.I,
+)
 
 
 class EvalWithoutNoGrad(Rule):
@@ -58,7 +69,8 @@ class EvalWithoutNoGrad(Rule):
     in a function decorated by a decorator factory of the file or the project whose decorator
     applies `no_grad`/`inference_mode` (yolov5's `@smart_inference_mode()`), nor for a loop
     over the samples of one batch drawn with `next(iter(loader))` (a sample grid) or a loop
-    that returns after its first pass.
+    that returns after its first pass, nor where a comment in the loop or between `.eval()`
+    and the loop says autograd must stay on ("# no no_grad here: the hooks need gradients").
 
     ## Applies to
     All torch versions.
@@ -99,6 +111,8 @@ class EvalWithoutNoGrad(Rule):
                 continue
             if facts.over_one_batch(loop) or facts.once_only(loop):
                 continue  # the samples of one batch (a sample grid), a loop that returns at once
+            if self._comment_keeps_grad(facts, eval_call, loop):
+                continue  # the author says autograd must stay on here
             during = facts.during_training(loop) or []
             reported.add(loop)
             fix = None
@@ -139,6 +153,29 @@ class EvalWithoutNoGrad(Rule):
                 if facts.receiver_text(target) == model_text and facts.grad_context(call) is None:
                     return loop
         return None
+
+    @staticmethod
+    def _comment_keeps_grad(facts: Facts, eval_call: cst.Call, loop: cst.For) -> bool:
+        """Whether a comment in the loop, or between `.eval()` and the loop in the same
+        block, says autograd must stay on there (`_KEEP_GRAD`)."""
+        regions: list[cst.CSTNode] = [loop]
+        block = facts.parent(loop)
+        body = getattr(block, "body", None)
+        if isinstance(body, (list, tuple)) and loop in body:
+            start = facts.order.get(eval_call, 0)
+            for stmt in body[:body.index(loop)]:
+                if any(facts.order.get(n, -1) >= start for n in (stmt, *facts.calls_within(stmt))) or \
+                        eval_call in facts.calls_within(stmt):
+                    regions.append(stmt)
+        stack = list(regions)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.Comment):
+                if _KEEP_GRAD.search(node.value):
+                    return True
+                continue
+            stack.extend(node.children)
+        return False
 
     @staticmethod
     def _train_between(facts: Facts, scope, eval_call, loop, model_text: str) -> bool:
