@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -405,6 +406,28 @@ def _load(path: str, raw: bytes | None) -> Source | FileError:
         return FileError(path, ErrorKind(exc.kind), exc.message)
 
 
+# A file that imports another deep-learning framework and not torch is that framework's code
+# (PaddlePaddle's `.cuda()`, TensorFlow's data pipelines): no rule applies to it.
+_OTHER_FRAMEWORK = re.compile(rb"^[ \t]*(?:import|from)[ \t]+(?:paddle|paddlenlp|mindspore|jittor|oneflow|megengine"
+                              rb"|tensorflow|jax|flax|mxnet)\b", re.M)
+_TORCH_IMPORT = re.compile(rb"^[ \t]*(?:import|from)[ \t]+(?:torch|torchvision|torchaudio|lightning|pytorch_lightning"
+                           rb"|accelerate|transformers|timm)\b", re.M)
+
+
+def not_torch_code(raw: bytes) -> bool:
+    """Whether the file is another framework's code (`_OTHER_FRAMEWORK`, no torch import)."""
+    return _OTHER_FRAMEWORK.search(raw) is not None and _TORCH_IMPORT.search(raw) is None
+
+
+def _skip(result: FileResult, src: Source, path: str) -> FileResult:
+    """No selected rule can fire: report only a syntax error."""
+    result.skipped = True
+    err = syntax_check(src.text, path)
+    if err is not None:
+        result.errors.append(_in_cell(err, src))
+    return result
+
+
 def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None, summarise: bool = False) -> FileResult:
     """Lint one file.  `project` is its `ProjectView` (cross-module questions are asked of it
     and recorded in `result.questions`); with `summarise`, `result.summary` is the file's
@@ -415,6 +438,8 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
         result.errors.append(src)
         return result
     rules = _rules_for(options)
+    if not_torch_code(src.raw):
+        return _skip(result, src, path)
     if summarise and src.notebook is None:
         analysis = _analyze(src.text, path, rules, options.target_torch, project)
         # The findings (and the questions they asked) first: the summary asks questions of
@@ -424,12 +449,7 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
             result.summary = _summary_of(analysis, src.text)
         return result
     if options.prefilter and not any(tok in src.raw for tok in prefilter_tokens(rules)):
-        # No selected rule can fire; a syntax error must still be reported.
-        result.skipped = True
-        err = syntax_check(src.text, path)
-        if err is not None:
-            result.errors.append(_in_cell(err, src))
-        return result
+        return _skip(result, src, path)  # no selected rule can fire
     analysis = _analyze(src.text, path, rules, options.target_torch, project)
     return _finish(result, src, analysis, options, project)
 
@@ -606,12 +626,8 @@ def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, 
     result.original_bytes = src.raw
     first_src = src
     rules = _rules_for(options)
-    if options.prefilter and not any(tok in src.raw for tok in prefilter_tokens(rules)):
-        result.skipped = True
-        err = syntax_check(src.text, path)
-        if err is not None:
-            result.errors.append(_in_cell(err, src))
-        return result
+    if (options.prefilter and not any(tok in src.raw for tok in prefilter_tokens(rules))) or not_torch_code(src.raw):
+        return _skip(result, src, path)
     first: list = []
     last: list = []
     new_text, applied, errors = fix_text(src.text, path, options, unsafe, fixable=fixable, project=project,
