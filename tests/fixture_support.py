@@ -56,6 +56,20 @@ def actual_findings(path: Path, codes, text: str | None = None) -> Counter:
     return Counter((d.location.row, d.code) for d in result.diagnostics)
 
 
+def finding_lines(path: Path, codes) -> list[str]:
+    """Every finding of `codes` in the fixture as a snapshot line: span, code, message, and
+    the fix with its safety (`-` for none)."""
+    raw = path.read_bytes()
+    result = lint_bytes(str(path), raw, options_for(codes, raw.decode()))
+    assert not result.errors, [e.one_line() for e in result.errors]
+    out = []
+    for d in sorted(result.diagnostics, key=lambda d: (d.location.row, d.location.column, d.code, d.message)):
+        fix = f"{d.fix.applicability.value}: {d.fix.message}" if d.fix is not None else "-"
+        out.append(f"{d.location.row}:{d.location.column}-{d.end_location.row}:{d.end_location.column} "
+                   f"{d.code} {d.message}\n    fix: {fix}")
+    return out
+
+
 def apply_fixes(path: Path, codes, unsafe: bool, text: str | None = None) -> str:
     text = path.read_text() if text is None else text
     new, _, errors = fix_text(text, str(path), options_for(codes, text), unsafe)

@@ -4,17 +4,30 @@ For `fixtures/rules/PF101.py` (and variants such as `PF101_torch1.py`):
 * linting with only that rule gives exactly the `# expect:` markers;
 * `PF101.fixed.py`, if present, is what `fix` (safe fixes) produces, else `fix` changes
   nothing; `PF101.unsafe.py` likewise for `fix --unsafe-fixes`;
-* fixing again changes nothing, and the fixed file still parses.
+* fixing again changes nothing, and the fixed file still parses;
+* `snapshots/PF101.txt` holds every finding's span, message, fix and fix safety (as ruff's
+  snapshot tests do); after a deliberate change, rewrite them with
+  `PERFLINT_UPDATE_SNAPSHOTS=1 python -m pytest tests/test_rule_fixtures.py -k snapshot`
+  and review the diff.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
 
-from fixture_support import FIXTURES, actual_findings, apply_fixes, describe, expected_findings, fixture_options
+from fixture_support import (
+    FIXTURES,
+    actual_findings,
+    apply_fixes,
+    describe,
+    expected_findings,
+    finding_lines,
+    fixture_options,
+)
 from perflint.rules import FixClass, all_rules
 
 RULE_DIR = FIXTURES / "rules"
@@ -44,6 +57,26 @@ def test_findings_match_markers(path: Path):
     missing = expected - actual
     extra = actual - expected
     assert not missing and not extra, f"missing: [{describe(missing)}]; unexpected: [{describe(extra)}]"
+
+
+SNAPSHOTS = RULE_DIR / "snapshots"
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: p.name)
+def test_snapshot_of_spans_messages_and_fixes(path: Path):
+    snap = SNAPSHOTS / (path.stem + ".txt")
+    got = "".join(line + "\n" for line in finding_lines(path, [_code(path)]))
+    if os.environ.get("PERFLINT_UPDATE_SNAPSHOTS"):
+        SNAPSHOTS.mkdir(exist_ok=True)
+        snap.write_text(got)
+    assert snap.exists(), (f"no snapshot for {path.name}: run PERFLINT_UPDATE_SNAPSHOTS=1 python -m pytest "
+                           "tests/test_rule_fixtures.py -k snapshot, and review it")
+    assert got == snap.read_text(), f"{path.name}: findings differ from {snap.relative_to(FIXTURES.parent)}"
+
+
+def test_every_snapshot_has_its_fixture():
+    stems = {p.stem for p in CASES}
+    assert sorted(p.stem for p in SNAPSHOTS.glob("*.txt") if p.stem not in stems) == []
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.name)
