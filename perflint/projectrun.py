@@ -311,12 +311,15 @@ class ProjectPhase:
             partial = not all_files <= checked
             targets = sorted(checked)
             tried: set[str] = set()
+            refs_of: dict[str, set[str]] = {}
             for round_ in range(MAX_ROUNDS):
                 have = self.summaries[root]
                 index = ProjectIndex(Path(root), have, all_files)
                 want: set[str] = set()
                 for path in list(have):
-                    want |= referenced_files(index, path)
+                    if path not in refs_of:  # what a summary refers to does not change between rounds
+                        refs_of[path] = referenced_files(index, path)
+                    want |= refs_of[path]
                 if partial and round_ < 2 and targets:
                     found = importers(all_files, targets, skip=set(have) | tried, lines=self.import_lines)
                     targets = sorted(found)
