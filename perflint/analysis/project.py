@@ -145,8 +145,15 @@ class ProjectIndex:
         return self._bases(importer)
 
     def _bases(self, importer: str) -> list[str]:
+        """Folders an absolute import of `importer` may start from: its own folder, the
+        project root and `src/`, then the folders between (scripts in `code/` that import
+        `networks.unet` put `code/` on the path for every module below it)."""
         here = os.path.dirname(importer)
         out = [here, self.root, os.path.join(self.root, "src")]
+        up = os.path.dirname(here)
+        while len(up) > len(self.root) and up.startswith(self.root + os.sep):
+            out.append(up)
+            up = os.path.dirname(up)
         return list(dict.fromkeys(out))
 
     def resolve(self, importer: str, ref: str, depth: int = 0) -> tuple[str, str] | None:
