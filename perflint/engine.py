@@ -438,17 +438,18 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
         result.errors.append(src)
         return result
     rules = _rules_for(options)
-    if not_torch_code(src.raw):
-        return _skip(result, src, path)
+    other = not_torch_code(src.raw)
     if summarise and src.notebook is None:
-        analysis = _analyze(src.text, path, rules, options.target_torch, project)
+        # Another framework's file is still summarised (what it defines, what it imports),
+        # so that the project sees the same files on every run; no rule runs on it.
+        analysis = _analyze(src.text, path, () if other else rules, options.target_torch, project)
         # The findings (and the questions they asked) first: the summary asks questions of
         # its own, which no finding depends on.
         _finish(result, src, analysis, options, project)
         if not isinstance(analysis, FileError):
             result.summary = _summary_of(analysis, src.text)
         return result
-    if options.prefilter and not any(tok in src.raw for tok in prefilter_tokens(rules)):
+    if other or (options.prefilter and not any(tok in src.raw for tok in prefilter_tokens(rules))):
         return _skip(result, src, path)  # no selected rule can fire
     analysis = _analyze(src.text, path, rules, options.target_torch, project)
     return _finish(result, src, analysis, options, project)

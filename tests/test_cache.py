@@ -238,3 +238,15 @@ def test_a_warm_run_answers_from_the_cache_without_importing_the_rules(tmp_path)
     assert second[-1] == "imported libcst: False"
     assert first[:-1] == second[:-1] and any("train.py" in line for line in first[:-1])
     assert not any("test_train.py" in line for line in second[:-1])  # the test-file policy still holds
+
+
+def test_another_frameworks_file_is_answered_from_the_cache_too(proj, analysed):
+    """A PaddlePaddle or MegEngine script gets no finding, and a warm run does not look at
+    it again (its module summary is cached like any other)."""
+    write(proj, {"paddle_train.py": "import paddle\nfrom paddle.io import DataLoader\n\n"
+                                    "loader = DataLoader(ds, batch_size=8)\nfor x in loader:\n    x = x.cuda()\n"})
+    r = run("check", "-j1", "--output-format", "concise")
+    assert "paddle_train.py" not in r.stdout
+    analysed.clear()
+    run("check", "-j1")
+    assert analysed == []
