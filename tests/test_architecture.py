@@ -13,12 +13,8 @@ PACKAGE = ROOT / "perflint"
 MAX_MODULE_LINES = 800
 MAX_CLASS_LINES = 400
 # Still over the limits: (lines now) — each may shrink, none may grow, no new one may join.
-MODULES_OVER: dict[str, int] = {"perflint.analysis.project": 938}
-CLASSES_OVER: dict[str, int] = {
-    "perflint.analysis.kinds.KindsMixin": 537,
-    "perflint.analysis.loops.LoopsMixin": 596,
-    "perflint.analysis.project.ProjectIndex": 653,
-}
+MODULES_OVER: dict[str, int] = {}
+CLASSES_OVER: dict[str, int] = {}
 
 
 def _modules() -> dict[str, Path]:

@@ -6,18 +6,20 @@ from __future__ import annotations
 import libcst as cst
 
 from perflint.analysis.bindings import Binding, BindingsMixin
+from perflint.analysis.callkinds import CallKindsMixin
 from perflint.analysis.crossmodule import CrossModuleMixin
 from perflint.analysis.devices import DevicesMixin
 from perflint.analysis.filewide import FileWideMixin
 from perflint.analysis.hotpath import HotPathMixin
 from perflint.analysis.kinds import KindsMixin
 from perflint.analysis.loops import LoopsMixin
+from perflint.analysis.throttles import ThrottlesMixin
 from perflint.analysis.tree import _INDEXED, Scope, TreeMixin, _child_fields
 from perflint.names import ImportTable
 
 
-class Facts(TreeMixin, BindingsMixin, KindsMixin, DevicesMixin, FileWideMixin, LoopsMixin, HotPathMixin,
-            CrossModuleMixin):
+class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, FileWideMixin, LoopsMixin,
+            ThrottlesMixin, HotPathMixin, CrossModuleMixin):
     def __init__(self, module: cst.Module, target_torch: tuple[int, int] = (2, 4), project=None) -> None:
         self.module = module
         self.target_torch = target_torch

@@ -3,8 +3,6 @@ statements run on every iteration, and grad mode."""
 
 from __future__ import annotations
 
-import re
-
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable
@@ -13,8 +11,7 @@ import libcst as cst
 
 from perflint.analysis.syntax import call_name, literal_value
 from perflint.analysis.tree import _iter_expr
-from perflint.analysis.vocab import (_BOUND_NAMES, _OPTION_ROOTS, _PASS_THROUGH_METHODS, _STEP_NAME,
-    _THROTTLE_NAMES)
+from perflint.analysis.vocab import _PASS_THROUGH_METHODS, _STEP_NAME
 from perflint.analysis.kinds import name_hints
 from perflint.names import dotted
 
@@ -256,226 +253,6 @@ class LoopsMixin:
         return [l for l, k in self._loops.items() if k == "eval"]
 
     # -- per-iteration code ------------------------------------------------------------------
-    def is_option_test(self, test: cst.BaseExpression) -> bool:
-        """`if args.debug:`, `if not config.fast:`, `if self.args.sync:` — a user option."""
-        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            test = test.expression
-        text = dotted(test) if isinstance(test, (cst.Name, cst.Attribute)) else None
-        if text is None:
-            return False
-        parts = text.split(".")
-        if parts[0] == "self" and len(parts) > 2:
-            parts = parts[1:]
-        return len(parts) >= 2 and parts[0] in _OPTION_ROOTS
-
-    def _is_diagnostic_option(self, test: cst.BaseExpression) -> bool:
-        """An option test for a switch that turns on extra work (`if args.debug:`,
-        `if cfg.log_images:`): the branch is off in a normal run. Other options
-        (`if not args.prefetcher:`, `if args.amp:`) choose how every step runs."""
-        if not self.is_option_test(test):
-            return False
-        while isinstance(test, cst.UnaryOperation):
-            test = test.expression
-        name = (dotted(test) or "").rsplit(".", 1)[-1]
-        return _DIAGNOSTIC_OPTIONS.search(name) is not None
-
-    def is_throttled_test(self, test: cst.BaseExpression, depth: int = 0) -> bool:
-        if self._is_diagnostic_option(test):
-            return True
-        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-            if self._is_diagnostic_option(test.left) or self._is_diagnostic_option(test.right):
-                return True
-        if isinstance(test, cst.BooleanOperation):
-            # `if log_now or last:` — a flag among the operands
-            for side in (test.left, test.right):
-                if isinstance(side, (cst.Name, cst.UnaryOperation)) and self.is_throttled_test(side, depth):
-                    return True
-        for n in _iter_expr(test):
-            if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo):
-                if self._modulo_by_one(n):
-                    continue  # `it % log_interval == 0` with `log_interval = 1`: every step
-                return True
-            if isinstance(n, cst.Call) and self._is_modulo_helper(n):
-                return True  # `divisible_by(step, N)`: a `step % N == 0` in a function
-            if isinstance(n, cst.Comparison):
-                for comp in n.comparisons:
-                    if isinstance(comp.operator, cst.Equal):
-                        sides = (n.left, comp.comparator)
-                        if any(_modulo(x) for x in sides):
-                            continue  # `step % n == 0`: decided by the modulo itself
-                        for side in sides:
-                            if isinstance(side, cst.Integer):
-                                return True
-                            for sub in _iter_expr(side):
-                                if isinstance(sub, cst.Call) and isinstance(sub.func, cst.Name) and sub.func.value == "len":
-                                    return True
-                                if isinstance(sub, cst.Name) and _BOUND_NAMES.search(sub.value):
-                                    return True
-                                if isinstance(sub, cst.Attribute) and _BOUND_NAMES.search(sub.attr.value):
-                                    return True
-            if isinstance(n, cst.Name) and _THROTTLE_NAMES.search(n.value.lower()):
-                return True
-            if isinstance(n, cst.Name) and n is test or (isinstance(n, cst.Name) and _negated(test, n)):
-                if self._throttle_flag(n, depth):
-                    return True
-            if isinstance(n, cst.Attribute) and _THROTTLE_NAMES.search(n.attr.value.lower()):
-                return True
-        return False
-
-    def _modulo_by_one(self, expr: cst.BinaryOperation) -> bool:
-        """`x % 1`, or `x % n` where `n` is a name bound only to the literal 1 (lit-llama's
-        module-level `log_interval = 1`): true on every step."""
-        right = expr.right
-        if isinstance(right, cst.Integer):
-            return right.value == "1"
-        if isinstance(right, cst.Name):
-            bindings = self.lookup(right.value, right)
-            return bool(bindings) and all(
-                b.how == "expr" and isinstance(b.node, cst.Integer) and b.node.value == "1" for b in bindings)
-        return False
-
-    def _throttle_flag(self, name: cst.Name, depth: int) -> bool:
-        """A name that holds a throttle test: `log_now = (it % k == 0) or it == last` before
-        `if log_now:`, or a parameter that every call in this file passes such a value
-        (`report(loss, should_print)` with `should_print = step % 100 == 0`)."""
-        if depth > 2:
-            return False
-        bindings = self.lookup(name.value, name)
-        if not bindings:
-            return False
-        for b in bindings:
-            if b.how == "expr" and isinstance(b.node, cst.BaseExpression):
-                if not (self._periodic(b.node, depth + 1) or self.is_throttled_test(b.node, depth + 1)):
-                    return False
-            elif b.how == "param" and isinstance(b.site, cst.FunctionDef):
-                args = self._passed_for(b.site, b.node)
-                if not args or not all(self._periodic(a, depth + 1) for a in args):
-                    return False
-            else:
-                return False
-        return True
-
-    def _passed_for(self, fn: cst.FunctionDef, param: cst.CSTNode) -> list[cst.BaseExpression]:
-        """What the calls of `fn` in this file pass for `param` (empty when any call is
-        unclear: a splat, a missing argument, a method whose receiver is not resolved)."""
-        if not isinstance(param, cst.Param):
-            return []
-        positional = [*fn.params.posonly_params, *fn.params.params]
-        index = next((i for i, p in enumerate(positional) if p is param), None)
-        if index is not None and positional and positional[0].name.value in ("self", "cls"):
-            index -= 1
-        out: list[cst.BaseExpression] = []
-        for call in self.index[cst.Call]:
-            target = call.func.value if isinstance(call.func, cst.Name) else (
-                call.func.attr.value if isinstance(call.func, cst.Attribute) else None)
-            if target != fn.name.value:
-                continue
-            if any(a.star for a in call.args):
-                return []
-            kw = [a.value for a in call.args if a.keyword is not None and a.keyword.value == param.name.value]
-            pos = [a.value for a in call.args if a.keyword is None]
-            if kw:
-                out.append(kw[0])
-            elif index is not None and 0 <= index < len(pos):
-                out.append(pos[index])
-            else:
-                return []
-        return out
-
-    def _periodic(self, test: cst.BaseExpression, depth: int = 0) -> bool:
-        """A test that is true on few iterations: `step % k == 0`, `divisible_by(step, k)`,
-        a flag named or bound like one (`should_log`, `log_now`), a diagnostic option
-        (`args.debug`), `not` of a test true on most iterations, `a or b` of such tests."""
-        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            return self._mostly(test.expression, depth)
-        if isinstance(test, cst.BooleanOperation):
-            if isinstance(test.operator, cst.Or):
-                return self._periodic(test.left, depth) and self._periodic(test.right, depth)
-            return self._periodic(test.left, depth) or self._periodic(test.right, depth)
-        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-            comp = test.comparisons[0]
-            if isinstance(comp.operator, cst.Equal) and (_modulo(test.left) or _modulo(comp.comparator)):
-                m = test.left if _modulo(test.left) else comp.comparator
-                return not self._modulo_by_one(m)
-            if isinstance(comp.operator, cst.Equal):
-                return self.is_throttled_test(test, depth)  # `it == last`, `i == 0`
-            return False
-        if isinstance(test, cst.Call):
-            return self._is_modulo_helper(test)
-        if isinstance(test, cst.Name):
-            return bool(_THROTTLE_NAMES.search(test.value.lower())) or self._throttle_flag(test, depth)
-        if isinstance(test, cst.Attribute):
-            return bool(_THROTTLE_NAMES.search(test.attr.value.lower())) or self._is_diagnostic_option(test)
-        return False
-
-    def _mostly(self, test: cst.BaseExpression, depth: int = 0) -> bool:
-        """A test that is true on most iterations: `step % k` (not a multiple), `step % k != 0`,
-        `not` of a test true on few iterations."""
-        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            return self._periodic(test.expression, depth)
-        if _modulo(test):
-            return True
-        if isinstance(test, cst.BooleanOperation):
-            if isinstance(test.operator, cst.Or):
-                return self._mostly(test.left, depth) or self._mostly(test.right, depth)
-            return self._mostly(test.left, depth) and self._mostly(test.right, depth)
-        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-            comp = test.comparisons[0]
-            return isinstance(comp.operator, cst.NotEqual) and (_modulo(test.left) or _modulo(comp.comparator))
-        return False
-
-    def behind_throttle_guard(self, node: cst.CSTNode, container: cst.CSTNode) -> cst.If | None:
-        """An earlier `if <test>: return` / `continue` in a block between `node` and
-        `container` whose test holds on most iterations (`if step % every: return`,
-        `if not should_log: return`): what follows runs only on the few others. Returns
-        that guard."""
-        cur = node
-        for parent in self.ancestors(node):
-            if parent is container:
-                return None
-            if isinstance(parent, (cst.IndentedBlock, cst.Module)) and cur in parent.body:
-                body = list(parent.body)
-                for i, st in enumerate(body):
-                    if st is cur:
-                        break
-                    if isinstance(st, cst.If) and st.orelse is None and _skips(st.body) and self._mostly(st.test) \
-                            and not self._steps_after(body[i + 1:]):
-                        return st
-            if isinstance(parent, (cst.Lambda, cst.ClassDef)):
-                return None
-            cur = parent
-        return None
-
-    def _is_step_call_or_after(self, node: cst.CSTNode, branch: cst.If) -> bool:
-        """`node` is the optimizer's bookkeeping (`zero_grad`, `unscale_`) in a throttled branch
-        that steps the optimizer: the branch is the gradient-accumulation step, and these run
-        once per optimizer step. Other work in the branch (logging) stays throttled."""
-        if isinstance(node, cst.Call):
-            if call_name(node) in ("zero_grad", "unscale_"):
-                return True
-        return False
-
-    def _steps_after(self, stmts) -> bool:
-        """The statements run the optimizer step or backward themselves (`if step %
-        train_freq: continue` before the update, as in DQN): the guard paces the training
-        step, it does not throttle work around it."""
-        for st in stmts:
-            for c in self.calls_within(st):
-                if self.is_backward_call(c) or self.is_optimizer_step(c) or self.is_scaler_call_step(c):
-                    return True
-        return False
-
-    def _is_modulo_helper(self, call: cst.Call) -> bool:
-        name = call_name(call) or ""
-        if _MODULO_HELPER_NAMES.search(name):
-            return True
-        for fn in self.functions_by_name.get(name, ()):
-            rets = [r for r in self.nodes_within(fn, cst.Return) if r.value is not None]
-            if rets and all(any(isinstance(x, cst.BinaryOperation) and isinstance(x.operator, cst.Modulo)
-                                for x in _iter_expr(r.value)) for r in rets):
-                return True
-        return False
-
     def iteration_context(self, node: cst.CSTNode) -> LoopInfo | None:
         """The training/eval loop (or per-step function) `node` runs in on every iteration.
 
@@ -627,13 +404,6 @@ class LoopsMixin:
 _EXITS = {"sys.exit", "exit", "quit", "os._exit", "os.abort"}
 
 
-_MODULO_HELPER_NAMES = re.compile(r"^(is_)?(divisible(_by)?|every_n\w*|multiple_of|is_multiple\w*)$")
-_DIAGNOSTIC_OPTIONS = re.compile(
-    r"debug|verbose|log|print|profil|eval|valid|save|vis|plot|check|sanity|anomal|trace|monitor|wandb|"
-    r"tensorboard|(^|_)tb(_|$)|report|dump|track|show|display|inspect|stat|synchron|(^|_)sync(_|$)|timing|"
-    r"benchmark", re.I)
-
-
 def _ends_the_run(stmt: cst.BaseSmallStatement) -> bool:
     """`break`, `return`, `raise`, or `sys.exit(...)`/`exit()`: nothing after it iterates."""
     if isinstance(stmt, (cst.Break, cst.Return, cst.Raise)):
@@ -653,25 +423,6 @@ def _leaves(block: cst.BaseSuite) -> bool:
     if isinstance(block, cst.SimpleStatementSuite):
         return _ends_the_run(body[-1])
     return False
-
-
-def _modulo(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Modulo)
-
-
-def _negated(test: cst.BaseExpression, name: cst.Name) -> bool:
-    """`not name` is the whole test."""
-    return isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and test.expression is name
-
-
-def _skips(block: cst.BaseSuite) -> bool:
-    """The block ends in `return` or `continue`: the rest of the body is skipped."""
-    body = getattr(block, "body", ())
-    if not body:
-        return False
-    last = body[-1]
-    smalls = last.body if isinstance(last, cst.SimpleStatementLine) else (body if isinstance(block, cst.SimpleStatementSuite) else ())
-    return bool(smalls) and isinstance(smalls[-1], (cst.Return, cst.Continue))
 
 
 def _is_type_test(test: cst.BaseExpression) -> bool:

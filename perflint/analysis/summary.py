@@ -26,7 +26,8 @@ import re
 
 import libcst as cst
 
-from perflint.analysis.project import PARAM_KINDS, RESULT_KINDS
+from perflint.analysis.callers import PARAM_KINDS
+from perflint.analysis.project import RESULT_KINDS
 from perflint.analysis.devices import _device_string_kinds
 from perflint.analysis.syntax import NOT_LITERAL, call_name, get_arg, has_splat, literal_value
 from perflint.analysis.vocab import DATALOADER, _OPTION_ROOTS
