@@ -1,6 +1,6 @@
 """How fast is `perflint check` on a folder, against the cost of just parsing it?
 
-    python benchmarks/lint_speed.py FOLDER [--repeat N] [--jobs N] [--json OUT.json]
+    python benchmarks/lint_speed.py FOLDER [--repeat N] [--jobs N] [--select CODES] [--json OUT.json]
     python benchmarks/lint_speed.py FOLDER --formats        # every output format, cold and warm
     python benchmarks/lint_speed.py --one-file FILE         # start-up: one small file (pre-commit)
     python benchmarks/lint_speed.py --big-file 10000 20000  # generated training files of N lines
@@ -92,10 +92,13 @@ def _timed(cmd: list[str], env: dict) -> tuple[float, float, subprocess.Complete
     return time.perf_counter() - start, _children_cpu() - cpu, p
 
 
+SELECT: list[str] = []  # `--select CODES` for every perflint run (set from the command line)
+
+
 def _perflint(folder: Path, jobs: int | None, cache_dir: str | None, fmt: str = "concise") -> tuple[float, float, int]:
     """Seconds (wall, CPU of all its processes) for `perflint check FOLDER`; findings."""
     cmd = [sys.executable, "-m", "perflint", "check", str(folder), "--exit-zero", "--quiet",
-           "--output-format", fmt]
+           "--output-format", fmt, *SELECT]
     if jobs:
         cmd += ["--jobs", str(jobs)]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -294,11 +297,14 @@ def main() -> None:
     ap.add_argument("--statistic", choices=["min", "median"], default="min", help="how the runs are summarised")
     ap.add_argument("--jobs", type=int, default=None, help="perflint --jobs (default: every core)")
     ap.add_argument("--json", type=Path, help="also write the numbers here")
+    ap.add_argument("--select", metavar="CODES", help="perflint --select for the folder runs (e.g. ALL)")
     ap.add_argument("--formats", action="store_true", help="also time every output format on FOLDER")
     ap.add_argument("--one-file", type=Path, metavar="FILE", help="time start-up on one small file")
     ap.add_argument("--big-file", type=int, nargs="+", metavar="LINES",
                     help="time generated training files of these sizes against the bare parse")
     args = ap.parse_args()
+    if args.select:
+        SELECT[:] = ["--select", args.select]
     med = min if args.statistic == "min" else statistics.median
     extra: dict = {}
     if args.one_file is not None:

@@ -445,29 +445,24 @@ _SCAN_FILES, _SCAN_BYTES = 3000, 64 << 20
 
 def _legacy_code(project_dir: Path) -> Path | None:
     """A Python file that shows the project was written for torch 0.3, unless another
-    shows torch 0.4 or later (`_LEGACY_CODE`); None when there is none."""
-    import os
+    shows torch 0.4 or later (`_LEGACY_CODE`); None when there is none.  The files are the
+    project's as the project model walks them (`analysis.project.project_paths`)."""
+    from perflint.analysis.project import project_paths
 
     legacy = None
-    files = size = 0
-    skip = set(DEFAULT_EXCLUDE) | {"venv", ".venv", "env", "build", "dist", "site-packages", "node_modules"}
-    for here, dirs, names in os.walk(project_dir):
-        dirs[:] = sorted(d for d in dirs if d not in skip and not d.startswith("."))
-        for name in sorted(names):
-            if not name.endswith(".py"):
-                continue
-            files += 1
-            if files > _SCAN_FILES or size > _SCAN_BYTES:
-                return legacy
-            try:
-                raw = (Path(here) / name).read_bytes()
-            except OSError:
-                continue
-            size += len(raw)
-            if _MODERN_CODE.search(raw):
-                return None
-            if legacy is None and _LEGACY_CODE.search(raw):
-                legacy = Path(here) / name
+    size = 0
+    for n, path in enumerate(project_paths(str(project_dir))):
+        if n >= _SCAN_FILES or size > _SCAN_BYTES:
+            break
+        try:
+            raw = Path(path).read_bytes()
+        except OSError:
+            continue
+        size += len(raw)
+        if _MODERN_CODE.search(raw):
+            return None
+        if legacy is None and _LEGACY_CODE.search(raw):
+            legacy = Path(path)
     return legacy
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import textwrap
 
 import json
@@ -188,20 +187,24 @@ def test_stale_namespaces_and_entries_are_evicted(tmp_path, monkeypatch):
     assert s.load("summaries/x") == {}
 
 
-def test_a_read_only_cache_folder_costs_only_the_cache(tmp_path):
+def test_a_cache_folder_that_cannot_be_made_costs_only_the_cache(tmp_path):
+    """A cache folder that cannot be created (its parent is a file: no user, root included,
+    can write there): nothing is stored, nothing is read, nothing raises."""
     import perflint.store as store
 
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    folder.chmod(0o500)
-    try:
-        s = store.Store(folder / "cache")
-        if os.access(folder, os.W_OK):
-            pytest.skip("running as a user who can write anywhere")
-        assert s.save("results/x", "results", {"a": 1}) is False
-        assert s.load("results/x") == {}
-    finally:
-        folder.chmod(0o700)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder's parent should be\n")
+    s = store.Store(blocker / "cache")
+    assert s.save("results/x", "results", {"a": 1}) is False
+    assert s.load("results/x") == {}
+    assert blocker.read_text() == "a file where the cache folder's parent should be\n"
+
+
+def test_a_run_whose_cache_cannot_be_written_still_reports(proj, tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    r = run("check", "-j1", "--output-format", "concise", env={"PERFLINT_CACHE_DIR": str(blocker / "cache")})
+    assert r.exit_code == 1 and "a.py:3:10: PF402" in r.stdout
 
 
 def test_cache_dir_from_the_environment(proj, tmp_path_factory):
