@@ -143,15 +143,22 @@ def edits_alone(module: cst.Module, text: str, plan, apply) -> list[tuple[int, i
         return []
     if new == text:
         return []
+    start, end_old, end_new = changed_span(text, new)
+    return minimal_edits(text[start:end_old], new[start:end_new], start)
+
+
+def changed_span(old: str, new: str) -> tuple[int, int, int]:
+    """(start, end in `old`, end in `new`): the span between the common prefix and the
+    common suffix of two texts, the part that changed."""
     start = 0
-    limit = min(len(text), len(new))
-    while start < limit and text[start] == new[start]:
+    limit = min(len(old), len(new))
+    while start < limit and old[start] == new[start]:
         start += 1
-    end_old, end_new = len(text), len(new)
-    while end_old > start and end_new > start and text[end_old - 1] == new[end_new - 1]:
+    end_old, end_new = len(old), len(new)
+    while end_old > start and end_new > start and old[end_old - 1] == new[end_new - 1]:
         end_old -= 1
         end_new -= 1
-    return minimal_edits(text[start:end_old], new[start:end_new], start)
+    return start, end_old, end_new
 
 
 def to_edits(offsets: list[tuple[int, int, str]], lines, notebook) -> tuple[Edit, ...]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types as lsp
 
 from perflint.diagnostics import Applicability, Diagnostic
+from perflint.fixedits import changed_span
 from perflint.server.checker import Report, noqa_insertion
 
 if TYPE_CHECKING:
@@ -90,14 +91,7 @@ class CodeActions:
 
     def replace_all(self, old: str, new: str) -> lsp.TextEdit:
         """One edit turning `old` into `new`: the span between their common prefix and suffix."""
-        start = 0
-        limit = min(len(old), len(new))
-        while start < limit and old[start] == new[start]:
-            start += 1
-        end_old, end_new = len(old), len(new)
-        while end_old > start and end_new > start and old[end_old - 1] == new[end_new - 1]:
-            end_old -= 1
-            end_new -= 1
+        start, end_old, end_new = changed_span(old, new)
         lines = _lines(old)
         r1, c1 = _row_col(old, start)
         r2, c2 = _row_col(old, end_old)
