@@ -138,8 +138,10 @@ class FileResult:
     from_cache: bool = False
     skipped: bool = False  # the prefilter proved no selected rule can fire
     # Cross-module analysis: the file's module summary (when asked for), the questions its
-    # analysis asked of the project, and whether any of them had an answer.
+    # analysis asked of the project, and — when a first pass answered them from the file's
+    # own summary — the digest of those answers (`analysis.project.answers_digest`).
     summary: dict | None = None
     questions: list[str] = field(default_factory=list)
+    answers: str | None = None
     # Whether the process that produced this result kept the file's parsed tree.
     kept: bool = False

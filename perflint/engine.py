@@ -204,12 +204,13 @@ def syntax_check(text: str, path: str) -> FileError | None:
     return _parse(text, path)[1]
 
 
-def _analyze(text: str, path: str, rules, target, project=None) -> _Analysis | FileError:
+def _analyze(text: str, path: str, rules, target, project=None, module=None) -> _Analysis | FileError:
     from perflint.analysis import Facts
 
-    module, err = _parse(text, path)
-    if err is not None:
-        return err
+    if module is None:
+        module, err = _parse(text, path)
+        if err is not None:
+            return err
     try:
         facts = Facts(module, target, project)
     except RecursionError:
@@ -439,6 +440,9 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
         return result
     rules = _rules_for(options)
     other = not_torch_code(src.raw)
+    if summarise and src.notebook is None and not other and rules and project is not None \
+            and project.index is None:
+        return _first_pass(result, src, rules, options, project)
     if summarise and src.notebook is None:
         # Another framework's file is still summarised (what it defines, what it imports),
         # so that the project sees the same files on every run; no rule runs on it.
@@ -453,6 +457,28 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
         return _skip(result, src, path)  # no selected rule can fire
     analysis = _analyze(src.text, path, rules, options.target_torch, project)
     return _finish(result, src, analysis, options, project)
+
+
+def _first_pass(result: FileResult, src: Source, rules, options: LintOptions, project) -> FileResult:
+    """A checked file's first pass in a project run: its summary, then its findings with
+    the questions about its own functions answered from that summary.  The file is checked
+    again only if the whole project answers those questions differently (`result.answers`)."""
+    from perflint.analysis.project import ProjectView, answers_digest
+
+    path = result.path
+    bare = _analyze(src.text, path, (), options.target_torch, ProjectView(None, path))
+    if isinstance(bare, FileError):
+        return _finish(result, src, bare, options, project)
+    result.summary = _summary_of(bare, src.text)
+    if result.summary is None:
+        analysis = _analyze(src.text, path, rules, options.target_torch, project, module=bare.module)
+        return _finish(result, src, analysis, options, project)
+    view = project.alone(result.summary)
+    analysis = _analyze(src.text, path, rules, options.target_torch, view, module=bare.module)
+    _finish(result, src, analysis, options, view)
+    if result.questions:
+        result.answers = answers_digest(view.index, path, result.questions, view)
+    return result
 
 
 def _finish(result: FileResult, src: Source, analysis, options: LintOptions, project) -> FileResult:

@@ -44,7 +44,7 @@ def _view(job: Job):
         return None
     from perflint.analysis.project import ProjectView
 
-    return ProjectView(PROJECTS.get(job.root), job.path)
+    return ProjectView(PROJECTS.get(job.root), job.path, job.root)
 
 
 def _fixable_pred(job: Job):

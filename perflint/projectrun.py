@@ -353,10 +353,13 @@ class ProjectPhase:
         PROJECTS.clear()
         PROJECTS.update(self.indexes)
 
-    def relevant(self, key: str, questions: list[str]) -> bool:
-        """Whether a question the file's first analysis asked now has an answer."""
+    def relevant(self, key: str, questions: list[str], answers: str | None = None) -> bool:
+        """Whether a question the file's first analysis asked now has an answer — or, where
+        the first pass answered them from the file alone (`answers`), a different one."""
         if not questions:
             return False
+        if answers is not None:
+            return self.digest(key, questions) != answers
         return reask(self.indexes.get(self.roots.get(key, "")), self.abs.get(key, os.path.abspath(key)),
                      questions).relevant()
 

@@ -179,7 +179,7 @@ def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: 
         view_root = proj.root_of(key)
         if not fix and key in first:
             r = first[key]
-            if r.errors or not proj.relevant(key, r.questions):
+            if r.errors or not proj.relevant(key, r.questions, r.answers):
                 results[key] = r
                 if r.skipped:
                     outcome.skipped += 1

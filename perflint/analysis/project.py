@@ -279,6 +279,16 @@ class ProjectIndex:
                     return found
         return frozenset()
 
+    def narrow_copy_method(self, name: str) -> bool:
+        """Whether some project class defines a method `name` (`cuda`, `to`) that takes no
+        `non_blocking` argument (nor `**kwargs`): a batch of that class rejects it."""
+        key = ("narrow", name)
+        if key not in self._memo:
+            self._memo[key] = any(_rejects_non_blocking((cls.get("methods") or {}).get(name))
+                                  for summary in self.summaries.values()
+                                  for cls in (summary.get("classes") or {}).values())
+        return self._memo[key]
+
     def constant(self, importer: str, ref: str):
         """The value of a project module's top-level literal constant; KeyError when unknown."""
         got = self.resolve(importer, ref)
@@ -349,10 +359,19 @@ class ProjectIndex:
 class ProjectView:
     """One file's window on its project; every question and its answer is recorded."""
 
-    def __init__(self, index: ProjectIndex | None, path: str) -> None:
+    def __init__(self, index: ProjectIndex | None, path: str, root: str | None = None) -> None:
         self.index = index
         self.path = os.path.abspath(path)
         self.asked: dict[str, object] = {}
+        # The project root, where the index is not built yet (a first pass).
+        self.root = root
+
+    def alone(self, summary: dict) -> ProjectView:
+        """A fresh view of a project made of this file alone (its summary), for a first pass:
+        the questions a file asks about its own functions are answered there, and the
+        whole project's answers are compared with these before the file is checked again."""
+        root = self.root if self.root is not None else os.path.dirname(self.path)
+        return ProjectView(ProjectIndex(Path(root), {self.path: summary}, {self.path}), self.path)
 
     def _ask(self, key: tuple, compute):
         k = json.dumps(key)
@@ -450,6 +469,10 @@ class ProjectView:
     def kwargs_of(self, symbol: str) -> dict | None:
         return self._ask(("kwargs", symbol), lambda: self.index.kwargs_of((self.path, symbol)))  # type: ignore[union-attr]
 
+    def narrow_copy_method(self, name: str) -> bool:
+        """See `ProjectIndex.narrow_copy_method`."""
+        return bool(self._ask(("narrow", name), lambda: self.index.narrow_copy_method(name)))  # type: ignore[union-attr]
+
     def settings_near(self) -> dict:
         """See `ProjectIndex.settings_near`."""
         got = self._ask(("settings",), lambda: self.index.settings_near(self.path))  # type: ignore[union-attr]
@@ -479,6 +502,13 @@ class ProjectView:
         return any(v not in (None, [], [False, None]) for v in self.asked.values())
 
 
+def _rejects_non_blocking(method: dict | None) -> bool:
+    if not method:
+        return False
+    sig = method.get("sig") or {}
+    return "non_blocking" not in (sig.get("pos") or []) + (sig.get("kwonly") or []) and not sig.get("varkw")
+
+
 def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], view: ProjectView | None = None) -> str:
     """Re-ask `questions` (recorded keys) of `index` and hash the answers."""
     view = view if view is not None else ProjectView(index, path)
@@ -492,7 +522,8 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "playa": view.param_layer_apis, "settings": view.settings_near, "syncs": view.call_syncs,
                   "trained": view.called_from_training, "pdev": view.param_device,
                   "rcuda": view.receives_cuda, "kwargs": view.kwargs_of, "stars": view.star_aliases,
-                  "pmeth": view.param_method_kinds, "imeth": view.inherited_method_kinds}.get(kind)
+                  "pmeth": view.param_method_kinds, "imeth": view.inherited_method_kinds,
+                  "narrow": view.narrow_copy_method}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())
