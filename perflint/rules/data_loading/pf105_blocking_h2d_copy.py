@@ -212,6 +212,8 @@ class BlockingHostToDeviceCopy(Rule):
             loaders = batch_loaders(facts, recv)
             if loaders and all(_on_device_already(facts, l) or read_cheaply(facts, l) for l in loaders):
                 continue  # the batch is on the device already, or the loader is read once or rarely
+            if _maybe_project_object(facts, name, loaders):
+                continue  # the batch may be a project class whose `.cuda()`/`.to()` takes no `non_blocking`
             new = add_arg(call, make_kwarg("non_blocking", "True"))
             pinned = bool(loaders) and all(
                 literal_value((loader_arg(l, "pin_memory") or cst.Arg(cst.Name("False"))).value) is True
@@ -227,6 +229,24 @@ class BlockingHostToDeviceCopy(Rule):
                 "waits for the copy on every step (from a pinned DataLoader it can overlap with compute)",
                 fix,
             )
+
+
+def _maybe_project_object(facts: Facts, method: str, loaders: list[cst.Call] | None) -> bool:
+    """The batch is not known to be tensors (an untraceable loader, or one with its own
+    `collate_fn`) and a class of this file or of the project defines `method` without a
+    `non_blocking` parameter: the batch may be one of those objects, where the advice and
+    its fix do not apply (the fix would raise a TypeError)."""
+    if loaders and all(loader_arg(l, "collate_fn") is None for l in loaders):
+        return False
+    for cls in facts.index[cst.ClassDef]:
+        body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+        for stmt in body:
+            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == method:
+                p = stmt.params
+                names = {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)}
+                if "non_blocking" not in names and p.star_kwarg is None:
+                    return True
+    return facts.project is not None and facts.project.narrow_copy_method(method)
 
 
 def _on_device_already(facts: Facts, loader: cst.Call) -> bool:
