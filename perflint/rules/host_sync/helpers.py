@@ -276,6 +276,48 @@ def _sync_points(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
     return points
 
 
+def _unseen_reads(facts: Facts, region: cst.CSTNode) -> list[cst.Call]:
+    """Host copies (`.cpu()`, `.numpy()`, `.tolist()`) in one iteration of `region` of values
+    whose kind is unknown but that a call computed from a device tensor (`tp = metric(out,
+    y)`; `tp.cpu()`): not reported (the value may be on the host), but when it is on the
+    device the iteration waits there, and a read of the same wait costs nothing more."""
+    memo = facts.__dict__.setdefault("_unseen_reads_memo", {})
+    if region in memo:
+        return memo[region]
+    out = memo[region] = []
+    for call in facts.calls_within(region):
+        if call_name(call) not in ("cpu", "numpy", "tolist") or call.args or not isinstance(call.func, cst.Attribute):
+            continue
+        ctx = facts.iteration_context(call)
+        if ctx is None or ctx.node is not region or call_sync(facts, call) is not None or item_sync(facts, call):
+            continue
+        recv = call.func.value
+        while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and call_name(recv) in ("detach", "cpu"):
+            recv = recv.func.value
+        if not facts.kinds(recv) and _computed_from_device(facts, recv, 0):
+            out.append(call)
+    return out
+
+
+def _computed_from_device(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool:
+    """`expr` (a name, or an element or attribute of one) was returned by a call given a
+    device tensor."""
+    while isinstance(expr, (cst.Subscript, cst.Attribute)):
+        expr = expr.value
+    if not isinstance(expr, cst.Name) or depth > 3:
+        return False
+    bindings = facts.lookup(expr.value, expr)
+    if not bindings:
+        return False
+    for b in bindings:
+        if b.how not in ("expr", "unpack") or not isinstance(b.node, cst.Call):
+            return False
+        if not any(_device_tensor(facts, a.value) or _computed_from_device(facts, a.value, depth + 1)
+                   for a in b.node.args):
+            return False
+    return True
+
+
 def _callee_waits(facts: Facts, call: cst.Call, region: cst.CSTNode) -> bool:
     """The call waits for the GPU inside: a per-step function of this file that syncs
     (reported there), or a function or model class of the project that does."""
@@ -311,6 +353,8 @@ def waited_before(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.C
 
 def _forced(facts: Facts, point: cst.CSTNode, region: cst.CSTNode) -> bool:
     if isinstance(point, cst.Call):
+        if point in _unseen_reads(facts, region):
+            return True  # the iteration reads that value back anyway
         got = call_sync(facts, point)
         if got is not None and got[0] == "forced":
             return True
@@ -353,7 +397,9 @@ def _group_of(facts: Facts, region: cst.CSTNode) -> dict:
     if region in memo:
         return memo[region]
     leader: dict = {}
-    points = _sync_points(facts, region)
+    unseen = _unseen_reads(facts, region)
+    points = sorted([*_sync_points(facts, region), *unseen], key=lambda n: facts.order.get(n, 0)) if unseen \
+        else _sync_points(facts, region)
     for i, p in enumerate(points):
         # the latest earlier wait that can run in the same iteration (not the other arm of an `if`)
         prev = next((q for q in reversed(points[:i]) if not exclusive(facts, q, p)), None)
