@@ -186,6 +186,8 @@ def call_sync(facts: Facts, call: cst.Call) -> tuple[str, str] | None:
     sent to an environment), None for no sync."""
     name = call_name(call)
     q = facts.qualname(call.func)
+    if q == "torch.distributed.barrier":
+        return "forced", ""  # the host waits for every rank, and NCCL waits for the device
     if q == "torch.cuda.synchronize":
         if _brackets_a_timer(facts, call):
             return "forced", ""  # timing a region needs the GPU idle at both ends
