@@ -676,11 +676,25 @@ def read_cheaply(facts: Facts, call: cst.Call) -> bool:
         return False
     if not sites:
         # Never read: a local loader built and left unused costs nothing; one at module level
-        # may be imported and read by another module.
-        return isinstance(scope, cst.FunctionDef)
+        # may be imported and read by another module, unless the module is a script that
+        # does its work when it runs (nothing imports that).
+        return isinstance(scope, cst.FunctionDef) or _module_runs_as_script(facts)
     if throttled_in_loop(facts, call, scope) is False:
         return False  # the loader itself is rebuilt on every iteration
     return all(_cheap_site(facts, s, scope) for s in sites)
+
+
+def _module_runs_as_script(facts: Facts) -> bool:
+    """The module parses its command line or loops over data at import time (a script's
+    top level, outside any function or class): no other module imports it for its names."""
+    for stmt in facts.module.body:
+        if isinstance(stmt, (cst.For, cst.While)):
+            return True
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for node in iter_nodes(stmt):
+                if isinstance(node, cst.Call) and call_name(node) in ("parse_args", "parse_known_args"):
+                    return True
+    return False
 
 
 def _param_for(fn: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> str | None:
