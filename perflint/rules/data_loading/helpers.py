@@ -423,7 +423,10 @@ def _lightning_eval_loader_method(facts: Facts, call: cst.Call) -> bool:
 _ITER_WRAPPERS = {"enumerate", "tqdm", "trange", "zip", "iter", "track"}
 
 
-_LOADER_ATTRS = {"dataset", "sampler", "batch_sampler", "batch_size", "num_workers"}
+_LOADER_ATTRS = {"dataset", "sampler", "batch_sampler", "batch_size", "num_workers",
+                 # a progress bar around the loader (`pbar = tqdm(loader)`): its own methods
+                 "set_description", "set_description_str", "set_postfix", "set_postfix_str", "update",
+                 "refresh", "close", "write", "clear"}
 
 
 def iterated_once(facts: Facts, call: cst.Call) -> bool:
