@@ -35,7 +35,8 @@ _BRANCH_HINT = (
     "a tensor flag (`bad |= ~torch.isfinite(value)`) and read the flag once per log interval"
 )
 _SIZE_HINT = (
-    "the value sizes host-side work (a slice, a `range`, a random crop), so it is needed on the host now: "
+    "the value sizes or selects host-side work (a slice, an index, a `range`, a random crop), so it is needed "
+    "on the host now: "
     "take it from the batch before it is copied to the device (the loader's CPU tensors), or keep a CPU copy "
     "of the lengths, instead of reading the device tensor back"
 )
@@ -105,6 +106,8 @@ def _sizes_host_work(facts: Facts, call: cst.Call) -> bool:
         break
     if _used_as_size(facts, cur):
         return True
+    if _param_used_as_size(facts, cur):
+        return True
     parent = facts.parent(cur)
     if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
         name = parent.targets[0].target.value
@@ -113,6 +116,32 @@ def _sizes_host_work(facts: Facts, call: cst.Call) -> bool:
             if _used_as_size(facts, use):
                 return True
     return False
+
+
+def _param_used_as_size(facts: Facts, node: cst.CSTNode) -> bool:
+    """`node` is an argument of a call of a function of this file (a nested helper too) whose
+    parameter is used as an index or a size there (`pick(x, rot.item())` where `pick` does
+    `TRANSFORMS[rot](x)`)."""
+    arg = node if isinstance(node, cst.Arg) else facts.parent(node)
+    call = facts.parent(arg) if isinstance(arg, cst.Arg) else None
+    if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name) or arg.star:
+        return False
+    fns = facts.functions_by_name.get(call.func.value) or []
+    if len(fns) != 1:
+        return False
+    fn = fns[0]
+    params = [*fn.params.posonly_params, *fn.params.params]
+    if arg.keyword is not None:
+        name = arg.keyword.value
+    else:
+        positional = [a for a in call.args if a.keyword is None]
+        if any(a.star for a in call.args):
+            return False
+        i = positional.index(arg)
+        if i >= len(params):
+            return False
+        name = params[i].name.value
+    return any(_used_as_size(facts, use) for use in list(facts.later_uses(name, fn, facts.order.get(fn.body, 0)))[:12])
 
 
 def _used_as_size(facts: Facts, node: cst.CSTNode) -> bool:
