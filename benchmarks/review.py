@@ -120,6 +120,8 @@ def run_repo(repo: Path) -> tuple[list[dict], int, str, int]:
     cache: dict = {}
     rows = []
     for f in found:
+        if not f.get("code"):
+            continue  # a file perflint could not read or parse: reported on stderr, not a finding
         fn = Path(f["filename"])
         try:
             rel = fn.resolve().relative_to(repo.resolve()).as_posix()

@@ -82,3 +82,15 @@ def test_sample_then_score(tmp_path):
     assert len({r["code"] for r in rows2}) == len(rows2)
     r105 = next(r for r in rows2 if r["code"] == "PF105")
     assert r105["line"] == "9" and r105["verdict"] == "right"
+
+
+def test_a_file_that_does_not_parse_is_not_a_finding(tmp_path):
+    repo = tmp_path / "withbroken"
+    repo.mkdir()
+    (repo / "train.py").write_text(TRAIN)
+    (repo / "old.py").write_text("def f(async=True):\n    pass\n")  # pre-3.7 keyword: a syntax error now
+    sheet = tmp_path / "sheet.csv"
+    _run("sample", str(repo), "--out", str(sheet), "--per-rule", "5")
+    rows = _read(sheet)
+    assert rows and all(r["code"].startswith("PF") for r in rows)
+    assert not any(r["path"] == "old.py" for r in rows)

@@ -21,6 +21,7 @@ from perflint.rules.data_loading.helpers import (
     read_cheaply,
     resolved,
     token_collator,
+    words_mention_tokenizer,
 )
 
 
@@ -73,6 +74,45 @@ def cheap_samples(facts: Facts, opts: dict) -> bool:
         return "pad_collate" in kinds
     fn = function_node(facts, collate)
     return isinstance(fn, (cst.FunctionDef, cst.Lambda)) and facts.pad_only_collate(fn)
+
+
+def tokenised_text(facts: Facts, opts: dict) -> bool:
+    """A loader of token ids: the file tokenises (it uses a tokenizer), the dataset is not a
+    Dataset class known to do work per sample (this file's or the project's: file reads,
+    decoding, tokenising in `__getitem__`), and the collate_fn, if any, is a tokenizer-side
+    collator (`default_data_collator`, `DataCollatorWithPadding`, ...), a function that only
+    pads and stacks, or a method of the dataset.  Text is tokenised up front (`.map(tokenize)`,
+    cached features): a sample is a few integers to index and pad, nothing for workers to
+    take over."""
+    if not (words_mention_tokenizer(facts) or _imports_transformers(facts)):
+        return False
+    dataset = opts.get("dataset")
+    node = resolved(facts, dataset) if dataset is not None else None
+    if isinstance(node, cst.Call):
+        cls = facts.classes_by_name.get(node.func.value) if isinstance(node.func, cst.Name) else None
+        if cls is not None and not facts.cheap_samples_class(cls):
+            return False  # this file's Dataset works per sample
+        kinds = facts.project_class_kinds(node.func) if cls is None else frozenset()
+        if "dataset" in kinds and "cheap_samples" not in kinds:
+            return False  # the project's Dataset works per sample
+        if (facts.qualname(node.func) or "").startswith(("torchvision.", "torchaudio.")):
+            return False  # images or audio decoded per sample
+    collate = opts.get("collate_fn")
+    if collate is None or literal_value(collate) is None or token_collator(facts, collate):
+        return True
+    q = facts.qualname(collate) or dotted(collate) or ""
+    if q.rsplit(".", 1)[-1] == "default_data_collator":
+        return True
+    if isinstance(collate, cst.Call) and call_name(collate) == "partial" and collate.args:
+        collate = collate.args[0].value  # `functools.partial(pad_collate, pad_id=...)`
+    if isinstance(collate, cst.Attribute):
+        return True  # the dataset's own batching method (`dataset.batch_sequences`)
+    fn = function_node(facts, collate)
+    return isinstance(fn, (cst.FunctionDef, cst.Lambda)) and facts.pad_only_collate(fn)
+
+
+def _imports_transformers(facts: Facts) -> bool:
+    return any(full.split(".", 1)[0] == "transformers" for full in facts.imports.aliases.values())
 
 
 _WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "multiprocessing_context", "worker_init_fn")
@@ -178,7 +218,7 @@ class DataLoaderNoWorkers(Rule):
                     why = f"`num_workers={dotted(value)}` (default 0)" if dotted(value) else "`num_workers` (default 0)"
                 elif v != 0:
                     continue
-            if cheap_samples(facts, opts) or token_collator(facts, opts.get("collate_fn")):
+            if cheap_samples(facts, opts) or token_collator(facts, opts.get("collate_fn")) or tokenised_text(facts, opts):
                 continue  # in-memory, memory-mapped or tokenised samples: workers only add copies
             if why and any(k in opts for k in _WORKER_ONLY_OPTIONS):
                 # `num_workers=args.workers` with `persistent_workers=True`/`prefetch_factor`:
