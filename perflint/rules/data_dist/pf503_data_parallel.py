@@ -67,7 +67,7 @@ class DataParallel(Rule):
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         trains = is_training_file(facts) or file_trains(facts)
-        if facts.calls_to("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"):
+        if _has_distributed_path(facts):
             return  # DataParallel is the single-process fallback next to a DDP path the file has
         for call in facts.calls_to("torch.nn.DataParallel"):
             if _cpu_only_branch(facts, call) or _dead_branch(facts, call):
@@ -83,6 +83,17 @@ class DataParallel(Rule):
                 "`nn.DataParallel` runs all GPUs from one process (GIL-bound, replicates the model "
                 "every step); use `DistributedDataParallel` launched with `torchrun`",
             )
+
+
+def _has_distributed_path(facts: Facts) -> bool:
+    """The file can also wrap the model for multi-process training: torch's, apex's or
+    another package's `DistributedDataParallel`, FSDP, or DeepSpeed's `initialize`."""
+    for call in facts.calls():
+        q = facts.qualname(call.func) or ""
+        last = q.rsplit(".", 1)[-1]
+        if last in ("DistributedDataParallel", "FullyShardedDataParallel") or q == "deepspeed.initialize":
+            return True
+    return False
 
 
 def _used_outside_training(facts: Facts, fn: cst.FunctionDef) -> bool:
