@@ -353,7 +353,61 @@ def waited_before(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.C
     return None if rep is node else rep
 
 
+def _exits_loop(block: cst.BaseSuite) -> bool:
+    """The branch leaves the loop: a `break` or `return` among its statements."""
+    body = block.body if isinstance(block, cst.IndentedBlock) else [block]
+    for stmt in body:
+        if isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, (cst.Break, cst.Return)) for s in stmt.body):
+            return True
+        if isinstance(block, cst.SimpleStatementSuite) and any(isinstance(s, (cst.Break, cst.Return)) for s in block.body):
+            return True
+    return False
+
+
+def decides_exit(facts: Facts, point: cst.CSTNode) -> bool:
+    """The value read back decides whether the loop stops (`if residual < tol: break`, a decode
+    that stops at its end token): the algorithm needs it on the host every iteration."""
+    if isinstance(point, cst.If):
+        return _exits_loop(point.body)
+    if not isinstance(point, cst.Call):
+        return False
+    cur: cst.CSTNode = point
+    for c in outer_chain(facts, point):
+        cur = c
+    parent = facts.parent(cur)
+    while isinstance(parent, (cst.Subscript, cst.SubscriptElement, cst.Index)):
+        cur, parent = parent, facts.parent(parent)
+    return _value_decides_exit(facts, cur, parent, 0)
+
+
+def _value_decides_exit(facts: Facts, cur: cst.CSTNode, parent: cst.CSTNode | None, depth: int) -> bool:
+    """`cur` (a value whose parent is `parent`), or a name assigned from it (or from a host
+    computation on it: `action = int(np.random.choice(n, p=probs))`), is tested by an `if`
+    that leaves the loop."""
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+        target = parent.targets[0].target
+        scope = facts.enclosing_function(parent) or facts.module
+        uses = list(facts.later_uses(target.value, scope, facts.order.get(target, 0)))[:8]
+    else:
+        uses = [cur]
+    for use in uses:
+        for anc in facts.ancestors(use):
+            if isinstance(anc, cst.If):
+                if facts.is_inside(use, anc.test) and _exits_loop(anc.body):
+                    return True
+                break
+            if isinstance(anc, cst.Assign) and depth < 2 and use is not cur and facts.is_inside(use, anc.value):
+                if _value_decides_exit(facts, anc.value, anc, depth + 1):
+                    return True
+                break
+            if isinstance(anc, (cst.SimpleStatementLine, cst.For, cst.While, cst.FunctionDef)):
+                break
+    return False
+
+
 def _forced(facts: Facts, point: cst.CSTNode, region: cst.CSTNode) -> bool:
+    if decides_exit(facts, point):
+        return True  # the loop's stopping test needs the value
     if isinstance(point, cst.Call):
         if point in _unseen_reads(facts, region):
             return True  # the iteration reads that value back anyway
