@@ -353,6 +353,20 @@ def waited_before(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.C
     return None if rep is node else rep
 
 
+def _stops_inner_loop(facts: Facts, node: cst.If) -> bool:
+    """The `if` leaves a loop that is not itself a training or evaluation loop (a solver's
+    iterations, a decode): a NaN guard that breaks out of the training loop is still a read
+    to throttle."""
+    if not _exits_loop(node.body):
+        return False
+    for anc in facts.ancestors(node):
+        if isinstance(anc, (cst.For, cst.While)):
+            return facts.loop_kind(anc) not in ("train", "eval")
+        if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+            return False
+    return False
+
+
 def _exits_loop(block: cst.BaseSuite) -> bool:
     """The branch leaves the loop: a `break` or `return` among its statements."""
     body = block.body if isinstance(block, cst.IndentedBlock) else [block]
@@ -368,7 +382,7 @@ def decides_exit(facts: Facts, point: cst.CSTNode) -> bool:
     """The value read back decides whether the loop stops (`if residual < tol: break`, a decode
     that stops at its end token): the algorithm needs it on the host every iteration."""
     if isinstance(point, cst.If):
-        return _exits_loop(point.body)
+        return _stops_inner_loop(facts, point)
     if not isinstance(point, cst.Call):
         return False
     cur: cst.CSTNode = point
@@ -393,7 +407,7 @@ def _value_decides_exit(facts: Facts, cur: cst.CSTNode, parent: cst.CSTNode | No
     for use in uses:
         for anc in facts.ancestors(use):
             if isinstance(anc, cst.If):
-                if facts.is_inside(use, anc.test) and _exits_loop(anc.body):
+                if facts.is_inside(use, anc.test) and _stops_inner_loop(facts, anc):
                     return True
                 break
             if isinstance(anc, cst.Assign) and depth < 2 and use is not cur and facts.is_inside(use, anc.value):
