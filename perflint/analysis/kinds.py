@@ -137,7 +137,9 @@ class KindsMixin:
 
     def pad_only_collate(self, fn: cst.CSTNode) -> bool:
         """A collate function that only pads, stacks and casts what the samples hold."""
-        return all(_cheap_call(self, c) or call_name(c) in _PAD_CALLS for c in self.calls_within(fn))
+        inner = {f.name.value for f in self.nodes_within(fn, cst.FunctionDef)}  # its own helpers
+        return all(_cheap_call(self, c) or call_name(c) in _PAD_CALLS
+                   or (isinstance(c.func, cst.Name) and c.func.value in inner) for c in self.calls_within(fn))
 
     # -- kinds ----------------------------------------------------------------------------
     def kinds(self, node: cst.CSTNode | None) -> frozenset[str]:

@@ -12,6 +12,7 @@ from perflint.analysis import NOT_LITERAL, Facts, call_name, get_arg, has_splat,
 from perflint.names import dotted
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.data_loading.helpers import (
+    collate_origin,
     dataloaders,
     dataset_origin,
     function_node,
@@ -77,13 +78,12 @@ def cheap_samples(facts: Facts, opts: dict) -> bool:
 
 
 def tokenised_text(facts: Facts, opts: dict) -> bool:
-    """A loader of token ids: the file tokenises (it uses a tokenizer), the dataset is not a
-    Dataset class known to do work per sample (this file's or the project's: file reads,
-    decoding, tokenising in `__getitem__`), and the collate_fn, if any, is a tokenizer-side
-    collator (`default_data_collator`, `DataCollatorWithPadding`, ...), a function that only
-    pads and stacks, or a method of the dataset.  Text is tokenised up front (`.map(tokenize)`,
-    cached features): a sample is a few integers to index and pad, nothing for workers to
-    take over."""
+    """A loader of token ids: the file tokenises (it uses a tokenizer) and nothing shows work
+    per sample — the dataset is no Dataset class (this file's or the project's) that reads,
+    decodes or tokenises in `__getitem__`, nor a torchvision/torchaudio dataset, and the
+    collate_fn is no function of this file that does more than pad and stack.  Text is
+    tokenised up front (`.map(tokenize)`, cached features): a sample is a few integers to
+    index and pad, nothing for worker processes to take over."""
     if not (words_mention_tokenizer(facts) or _imports_transformers(facts)):
         return False
     dataset = opts.get("dataset")
@@ -97,18 +97,27 @@ def tokenised_text(facts: Facts, opts: dict) -> bool:
             return False  # the project's Dataset works per sample
         if (facts.qualname(node.func) or "").startswith(("torchvision.", "torchaudio.")):
             return False  # images or audio decoded per sample
-    collate = opts.get("collate_fn")
-    if collate is None or literal_value(collate) is None or token_collator(facts, collate):
-        return True
-    q = facts.qualname(collate) or dotted(collate) or ""
-    if q.rsplit(".", 1)[-1] == "default_data_collator":
-        return True
-    if isinstance(collate, cst.Call) and call_name(collate) == "partial" and collate.args:
-        collate = collate.args[0].value  # `functools.partial(pad_collate, pad_id=...)`
-    if isinstance(collate, cst.Attribute):
-        return True  # the dataset's own batching method (`dataset.batch_sequences`)
-    fn = function_node(facts, collate)
-    return isinstance(fn, (cst.FunctionDef, cst.Lambda)) and facts.pad_only_collate(fn)
+    fn = _collate_function(facts, opts.get("collate_fn"), 0)
+    return fn is None or facts.pad_only_collate(fn)
+
+
+def _collate_function(facts: Facts, expr: cst.BaseExpression | None, depth: int):
+    """The function of this file a collate_fn names (through names bound once and
+    `functools.partial`), or None."""
+    if expr is None or depth > 4:
+        return None
+    if isinstance(expr, cst.Call) and call_name(expr) == "partial" and expr.args:
+        return _collate_function(facts, expr.args[0].value, depth + 1)
+    if isinstance(expr, cst.Name):
+        if expr.value in facts.functions_by_name:
+            fns = facts.functions_by_name[expr.value]
+            return fns[0] if len(fns) == 1 else None
+        bs = facts.lookup(expr.value, expr)
+        if len(bs) == 1 and bs[0].how == "expr":
+            return _collate_function(facts, bs[0].node, depth + 1)
+        return None
+    fn = function_node(facts, expr)
+    return fn if isinstance(fn, (cst.FunctionDef, cst.Lambda)) else None
 
 
 def _imports_transformers(facts: Facts) -> bool:
@@ -218,6 +227,9 @@ class DataLoaderNoWorkers(Rule):
                     why = f"`num_workers={dotted(value)}` (default 0)" if dotted(value) else "`num_workers` (default 0)"
                 elif v != 0:
                     continue
+            if collate_origin(facts, call, opts.get("collate_fn")) == "device" \
+                    or dataset_origin(facts, opts.get("dataset")) == "device":
+                continue  # samples are put on the GPU while loading: worker processes would fail (CUDA after fork)
             if cheap_samples(facts, opts) or token_collator(facts, opts.get("collate_fn")) or tokenised_text(facts, opts):
                 continue  # in-memory, memory-mapped or tokenised samples: workers only add copies
             if why and any(k in opts for k in _WORKER_ONLY_OPTIONS):
