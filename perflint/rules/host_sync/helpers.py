@@ -129,6 +129,14 @@ def _brackets_a_timer(facts: Facts, call: cst.Call) -> bool:
     for st in body[max(i - 1, 0):i + 2]:
         if st is not line and any(facts.qualname(c.func) in _CLOCKS for c in facts.calls_within(st)):
             return True
+    # `synchronize()`, then the step's values read and logged, then the clock: nothing is
+    # queued on the GPU before the clock is read.
+    for st in body[i + 2:i + 10]:
+        calls = list(facts.calls_within(st))
+        if any(_heavy_call(facts, c, 0) for c in calls):
+            return False
+        if any(facts.qualname(c.func) in _CLOCKS for c in calls):
+            return True
     return False
 
 
