@@ -223,10 +223,17 @@ class BlockingHostToDeviceCopy(Rule):
                 fix = self.safe("Add `non_blocking=True`", {call: new})
             else:
                 fix = self.unsafe("Add `non_blocking=True`", {call: new})
+            if pinned:
+                tail = "(from its pinned DataLoader it can overlap with compute)"
+            elif loaders:
+                tail = ("(its DataLoader has no `pin_memory=True`: pin it too, see PF102, or the copy still "
+                        "blocks)")
+            else:
+                tail = "(from a DataLoader with `pin_memory=True` it can overlap with compute)"
             yield Violation(
                 call.func.attr,
                 f"Blocking host-to-device copy of a batch: `.{name}(...)` without `non_blocking=True` "
-                "waits for the copy on every step (from a pinned DataLoader it can overlap with compute)",
+                f"waits for the copy on every step {tail}",
                 fix,
             )
 
