@@ -182,8 +182,23 @@ def test_training_eval_and_epoch_loops_are_told_apart():
 
 
 def test_while_loop_with_next_and_backward_is_training():
-    f = facts_of("it = iter(loader)\nwhile step < n:\n    b = next(it)\n    model(b).sum().backward()\n")
+    f = facts_of("it = iter(loader)\nwhile step < n:\n    b = next(it)\n    model(b).sum().backward()\n    opt.step()\n")
     assert f.loop_kind(first(f.index[cst.While])) == "train"
+
+
+@pytest.mark.parametrize("update, trains", [
+    ("", False),  # gradients for analysis: head importance, saliency, a perturbation
+    ("optimizer.step()", True),
+    ("p.data -= 0.1 * p.grad", True),
+    ("p.data.add_(p.grad, alpha=-0.1)", True),
+    ("importance += mask.grad.abs()", False),
+])
+def test_backward_is_training_only_where_something_updates_parameters(update, trains):
+    src = ("for b in loader:\n    loss = model(b).sum()\n    loss.backward()\n"
+           + (f"    for p in model.parameters():\n        {update}\n" if update.startswith("p.") else
+              f"    {update}\n" if update else ""))
+    f = facts_of(src)
+    assert (f.loop_kind(first(f.index[cst.For])) == "train") is trains
 
 
 def test_rl_env_step_loop_is_not_training():
