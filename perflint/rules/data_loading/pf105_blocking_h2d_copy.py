@@ -229,7 +229,8 @@ class BlockingHostToDeviceCopy(Rule):
                 tail = ("(its DataLoader has no `pin_memory=True`: pin it too, see PF102, or the copy still "
                         "blocks)")
             else:
-                tail = "(from a DataLoader with `pin_memory=True` it can overlap with compute)"
+                tail = ("(only a copy from pinned memory overlaps with compute: if its DataLoader has no "
+                        "`pin_memory=True`, pin it too, see PF102)")
             yield Violation(
                 call.func.attr,
                 f"Blocking host-to-device copy of a batch: `.{name}(...)` without `non_blocking=True` "
