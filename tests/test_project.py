@@ -159,6 +159,7 @@ def test_loader_options_through_kwargs_and_argparse_defaults(tmp_path, monkeypat
         train_loader = DataLoader(ds, **train_kwargs)
         test_loader = DataLoader(ds, batch_size=64)
         val_loader = DataLoader(ds, batch_size=64, num_workers=args.workers)
+        train(train_loader, test_loader, val_loader)
         """})
     monkeypatch.chdir(tmp_path)
     r = run("check", "main.py", "--no-cache", "--output-format", "json", "--select", "PF101")

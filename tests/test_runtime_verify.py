@@ -203,7 +203,7 @@ def test_fix_follows_the_project_configuration(tmp_path):
     assert "pin_memory=True" in verify.perflint_fix(script, unsafe=True, target_torch=None)
     (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nignore = ["PF102"]\n')
     fixed = verify.perflint_fix(script, unsafe=True, target_torch=None)
-    assert "pin_memory" not in fixed and "persistent_workers" in fixed
+    assert "pin_memory" not in fixed and "non_blocking=True" in fixed
 
 
 def test_temporary_sibling_is_removed_even_on_error(tmp_path):

@@ -23,6 +23,36 @@ class LoopInfo:
 
 
 
+def updates_parameters(facts) -> bool:
+    """Whether anything in the file can update parameters from their gradients: a
+    `.step(...)` call (an optimizer, a scaler, a DeepSpeed engine), a name that speaks of an
+    optimizer, or a manual update from `.grad` (`p.data -= lr * p.grad`, `p.add_(p.grad,
+    ...)`).  A file with `.backward()` and none of these computes gradients for analysis."""
+    got = facts.__dict__.get("_updates_parameters")
+    if got is None:
+        got = facts.__dict__["_updates_parameters"] = _updates_parameters(facts)
+    return got
+
+
+def _updates_parameters(facts) -> bool:
+    if facts.words.name_contains("optim"):
+        return True
+    for c in facts.calls():
+        name = call_name(c)
+        if name == "step":
+            return True
+        if name in ("add_", "sub_", "copy_", "addcmul_", "addcdiv_") and any(
+                isinstance(n, cst.Attribute) and n.attr.value == "grad" for a in c.args for n in iter_nodes(a.value)):
+            return True
+    for aug in facts.index[cst.AugAssign]:
+        # `p.data -= lr * p.grad`, `w -= lr * w.grad` (not `importance += mask.grad.abs()`)
+        descends = isinstance(aug.operator, cst.SubtractAssign) or (
+            isinstance(aug.target, cst.Attribute) and aug.target.attr.value == "data")
+        if descends and any(isinstance(n, cst.Attribute) and n.attr.value == "grad" for n in iter_nodes(aug.value)):
+            return True
+    return False
+
+
 class LoopsMixin:
     @cached_property
     def _calls_by_container(self) -> dict[cst.CSTNode, list[cst.Call]]:
@@ -177,29 +207,6 @@ class LoopsMixin:
         return self._step_functions.get(fn)
 
     @cached_property
-    def updates_parameters(self) -> bool:
-        """Whether anything in the file can update parameters from their gradients: a
-        `.step(...)` call (an optimizer, a scaler, a DeepSpeed engine), a name that speaks of an
-        optimizer, or a manual update from `.grad` (`p.data -= lr * p.grad`, `p.add_(p.grad,
-        ...)`).  A file with `.backward()` and none of these computes gradients for analysis."""
-        if self.words.name_contains("optim"):
-            return True
-        for c in self.calls():
-            name = call_name(c)
-            if name == "step":
-                return True
-            if name in ("add_", "sub_", "copy_", "addcmul_", "addcdiv_") and any(
-                    isinstance(n, cst.Attribute) and n.attr.value == "grad" for a in c.args for n in iter_nodes(a.value)):
-                return True
-        for aug in self.index[cst.AugAssign]:
-            # `p.data -= lr * p.grad`, `w -= lr * w.grad` (not `importance += mask.grad.abs()`)
-            descends = isinstance(aug.operator, cst.SubtractAssign) or (
-                isinstance(aug.target, cst.Attribute) and aug.target.attr.value == "data")
-            if descends and any(isinstance(n, cst.Attribute) and n.attr.value == "grad" for n in iter_nodes(aug.value)):
-                return True
-        return False
-
-    @cached_property
     def _loops(self) -> dict[cst.CSTNode, str]:
         out: dict[cst.CSTNode, str] = {}
         local_step_fns = {}
@@ -218,7 +225,7 @@ class LoopsMixin:
                     if n in local_step_fns:
                         train = True
                         break
-            if train and not self.updates_parameters and not any(
+            if train and not updates_parameters(self) and not any(
                     self.is_optimizer_step(c) or self.is_scaler_call_step(c) for c in calls):
                 train = False  # gradients for analysis (saliency, pruning scores, a perturbation), not training
             if train:
