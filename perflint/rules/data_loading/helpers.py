@@ -412,6 +412,24 @@ def words_mention_tokenizer(facts: Facts) -> bool:
     return facts.words.name_contains("tokenizer")
 
 
+def index_loader(facts: Facts, call: cst.Call) -> bool:
+    """`DataLoader(range(n), batch_size, shuffle=True)`: a loader that only batches integer
+    indices (`range`, `list(range(...))`, `torch.arange`, `torch.randperm`) to slice tensors
+    the program already holds, often on the GPU.  A batch is a small int tensor: nothing for
+    worker processes to load, nothing worth pinning."""
+    opts = loader_options(facts, call)
+    dataset = opts.get("dataset") if opts else None
+    node = resolved(facts, dataset) if dataset is not None else None
+    if isinstance(node, cst.Call) and call_name(node) == "list" and isinstance(node.func, cst.Name) and node.args:
+        node = resolved(facts, node.args[0].value)
+    if not isinstance(node, cst.Call):
+        return False
+    q = facts.qualname(node.func) or ""
+    if isinstance(node.func, cst.Name) and node.func.value == "range" and not q:
+        return opts.get("collate_fn") is None
+    return q in ("torch.arange", "torch.randperm") and opts.get("collate_fn") is None
+
+
 def _lightning_eval_loader_method(facts: Facts, call: cst.Call) -> bool:
     """Built in a DataModule's `test_dataloader` / `predict_dataloader`: Lightning reads those
     once, in `trainer.test()` / `trainer.predict()` after (or without) training."""

@@ -15,6 +15,7 @@ from perflint.rules.data_loading.helpers import (
     collate_origin,
     dataloaders,
     dataset_origin,
+    index_loader,
     function_node,
     iterated_once,
     loader_arg,
@@ -32,8 +33,8 @@ def in_memory_tensors(facts: Facts, expr: cst.BaseExpression | None, depth: int 
     if expr is None or depth > 5:
         return False
     if isinstance(expr, cst.Name):
-        bs = facts.lookup(expr.value, expr)
-        return len(bs) == 1 and bs[0].how == "expr" and in_memory_tensors(facts, bs[0].node, depth + 1)
+        bs = facts.lookup(expr.value, expr)  # every binding (`if ...: ds = TensorDataset(a) else: ds = TensorDataset(b)`)
+        return bool(bs) and all(b.how == "expr" and in_memory_tensors(facts, b.node, depth + 1) for b in bs)
     if isinstance(expr, cst.Attribute):
         bs = facts.self_attr_bindings(expr)
         return len(bs) == 1 and bs[0].how == "expr" and in_memory_tensors(facts, bs[0].node, depth + 1)
@@ -230,7 +231,8 @@ class DataLoaderNoWorkers(Rule):
             if collate_origin(facts, call, opts.get("collate_fn")) == "device" \
                     or dataset_origin(facts, opts.get("dataset")) == "device":
                 continue  # samples are put on the GPU while loading: worker processes would fail (CUDA after fork)
-            if cheap_samples(facts, opts) or token_collator(facts, opts.get("collate_fn")) or tokenised_text(facts, opts):
+            if cheap_samples(facts, opts) or token_collator(facts, opts.get("collate_fn")) or tokenised_text(facts, opts) \
+                    or index_loader(facts, call):
                 continue  # in-memory, memory-mapped or tokenised samples: workers only add copies
             if why and any(k in opts for k in _WORKER_ONLY_OPTIONS):
                 # `num_workers=args.workers` with `persistent_workers=True`/`prefetch_factor`:

@@ -11,6 +11,7 @@ from perflint.analysis import Facts, call_name, has_splat
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import trains_in
 from perflint.rules.data_loading.helpers import (
+    index_loader,
     collate_origin,
     dataloaders,
     dataset_origin,
@@ -123,8 +124,8 @@ class DataLoaderNoPinMemory(Rule):
             dataset = dataset_origin(facts, opts.get("dataset"))
             if collate == "device" or dataset == "device":
                 continue
-            if read_cheaply(facts, call) or token_collator(facts, opts.get("collate_fn")):
-                continue  # one batch, a final test, a sample every N steps; token-id batches
+            if read_cheaply(facts, call) or token_collator(facts, opts.get("collate_fn")) or index_loader(facts, call):
+                continue  # one batch, a final test, a sample every N steps; token-id or index batches
             if _batches_never_copied(facts, call):
                 continue  # an evaluation loop that hands the batch on as is (to numpy, per slice)
             new = add_arg(call, make_kwarg("pin_memory", "True"))

@@ -16,6 +16,7 @@ from perflint.rules.data_loading.helpers import (
     DTYPES,
     collate_origin,
     dataset_origin,
+    index_loader,
     loader_arg,
     loader_options,
     read_cheaply,
@@ -210,7 +211,8 @@ class BlockingHostToDeviceCopy(Rule):
             if _to_prepared_accelerator_device(facts, call):
                 continue
             loaders = batch_loaders(facts, recv)
-            if loaders and all(_on_device_already(facts, l) or read_cheaply(facts, l) for l in loaders):
+            if loaders and all(_on_device_already(facts, l) or read_cheaply(facts, l) or index_loader(facts, l)
+                               for l in loaders):
                 continue  # the batch is on the device already, or the loader is read once or rarely
             if _maybe_project_object(facts, name, loaders):
                 continue  # the batch may be a project class whose `.cuda()`/`.to()` takes no `non_blocking`
