@@ -441,7 +441,7 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
     rules = _rules_for(options)
     other = not_torch_code(src.raw)
     if summarise and src.notebook is None and not other and rules and project is not None \
-            and project.index is None:
+            and project.index is None and len(src.text) >= FIRST_PASS_ALONE_CHARS and _calls_its_own_functions(src.text):
         return _first_pass(result, src, rules, options, project)
     if summarise and src.notebook is None:
         # Another framework's file is still summarised (what it defines, what it imports),
@@ -457,6 +457,27 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
         return _skip(result, src, path)  # no selected rule can fire
     analysis = _analyze(src.text, path, rules, options.target_torch, project)
     return _finish(result, src, analysis, options, project)
+
+
+# A file this long whose functions are called in the file itself gets its first pass answered
+# from its own summary (`_first_pass`): one more analysis walk instead of a second full check
+# in phase 2.  Below it the second check, when the project's answers call for one, is the
+# cheaper way (most small files need none).
+FIRST_PASS_ALONE_CHARS = 200_000
+_TOP_DEF = re.compile(r"^(?:async[ \t]+def|def|class)[ \t]+(\w+)", re.M)
+
+
+def _calls_its_own_functions(text: str) -> bool:
+    """Whether some top-level function or class of the file is called (or named with a call
+    after it) anywhere but its own header: then the project's questions about its callers
+    have answers in the file itself, and the first pass answers them from its summary."""
+    for name in set(_TOP_DEF.findall(text)):
+        n = re.escape(name)
+        uses = len(re.findall(r"\b" + n + r"\s*\(", text))
+        headers = len(re.findall(r"^[ \t]*(?:async[ \t]+def|def|class)[ \t]+" + n + r"\s*\(", text, re.M))
+        if uses > headers:
+            return True
+    return False
 
 
 def _first_pass(result: FileResult, src: Source, rules, options: LintOptions, project) -> FileResult:

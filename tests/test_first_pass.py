@@ -1,0 +1,77 @@
+"""A checked file's first pass may answer the questions about its own functions from its own
+summary (`engine._first_pass`, for long files that call their own functions): the findings
+must be those of the two-pass check, and the file is analysed once instead of twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli_support import run, write
+from fixture_support import FIXTURES
+from perflint import engine
+
+PROJECTS = sorted(p for p in (FIXTURES / "projects").iterdir() if (p / "pyproject.toml").is_file())
+
+
+def _findings(path: Path) -> list:
+    r = run("check", str(path), "--no-cache", "--jobs", "1", "--output-format", "json", "--exit-zero",
+            "--select", "ALL")
+    return sorted((f["filename"], f["location"]["row"], f["location"]["column"], f["code"], f["message"])
+                  for f in json.loads(r.stdout))
+
+
+@pytest.mark.parametrize("project", PROJECTS, ids=lambda p: p.name)
+def test_answering_from_the_file_alone_first_gives_the_same_findings(project, monkeypatch):
+    two_pass = _findings(project)
+    monkeypatch.setattr(engine, "FIRST_PASS_ALONE_CHARS", 0)
+    assert _findings(project) == two_pass
+
+
+TRAIN = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+def train(model, loader, opt, device):
+    for x, y in loader:
+        x = x.to(device)
+        loss = torch.nn.functional.cross_entropy(model(x), y.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def main():
+    device = torch.device("cuda")
+    model = torch.nn.Linear(4, 2).to(device)
+    loader = DataLoader(ds, batch_size=8, num_workers=2, pin_memory=True, persistent_workers=True)
+    train(model, loader, torch.optim.SGD(model.parameters(), lr=0.1), device)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_file_that_calls_its_own_functions_is_analysed_once(tmp_path, monkeypatch):
+    write(tmp_path, {"pyproject.toml": "", "train.py": TRAIN})
+    calls = []
+    real = engine._analyze
+
+    def counting(text, path, rules, *args, **kwargs):
+        calls.append(len(rules))
+        return real(text, path, rules, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "_analyze", counting)
+    monkeypatch.chdir(tmp_path)
+    before = _findings(Path("train.py"))
+    assert [n for n in calls if n] == [len(calls) and max(calls)] * 2  # checked twice: alone, then with the project
+    calls.clear()
+    monkeypatch.setattr(engine, "FIRST_PASS_ALONE_CHARS", 0)
+    assert _findings(Path("train.py")) == before
+    assert len([n for n in calls if n]) == 1  # the rules ran once; the other walk only summarised
+    # the device reached `train`'s copies from `main`
+    assert {(row, code) for _, row, _, code, _ in before} >= {(7, "PF105"), (8, "PF105")}
