@@ -71,6 +71,14 @@ class CallerFacts:
                     escaped.add(where)
         self._escaped = escaped
 
+    def called_without_grad(self, where: tuple[str, str]) -> bool:
+        """Some project call of `where` runs under `torch.no_grad()` or `inference_mode()`
+        (as for the calls in the function's own file, one such caller is taken to mean the
+        function is meant to run without autograd)."""
+        if self._calls_to is None:
+            self._index_calls()
+        return any(c.get("nograd") for _, c in self._calls_to.get(where, ()))  # type: ignore[union-attr]
+
     def step_caller(self, where: tuple[str, str]) -> tuple | None:
         """(caller file, line, "train"/"eval", the caller may use an accelerator, the caller
         is CUDA code) when `where` runs once per step of a loop in another file (directly or

@@ -469,6 +469,11 @@ class ProjectView:
     def kwargs_of(self, symbol: str) -> dict | None:
         return self._ask(("kwargs", symbol), lambda: self.index.kwargs_of((self.path, symbol)))  # type: ignore[union-attr]
 
+    def called_without_grad(self, symbol: str) -> bool:
+        """See `CallerFacts.called_without_grad`."""
+        return bool(self._ask(("nogradc", symbol),
+                              lambda: self.index.callers.called_without_grad((self.path, symbol)) or None))  # type: ignore[union-attr]
+
     def narrow_copy_method(self, name: str) -> bool:
         """See `ProjectIndex.narrow_copy_method`."""
         return bool(self._ask(("narrow", name), lambda: self.index.narrow_copy_method(name)))  # type: ignore[union-attr]
@@ -523,7 +528,7 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "trained": view.called_from_training, "pdev": view.param_device,
                   "rcuda": view.receives_cuda, "kwargs": view.kwargs_of, "stars": view.star_aliases,
                   "pmeth": view.param_method_kinds, "imeth": view.inherited_method_kinds,
-                  "narrow": view.narrow_copy_method}.get(kind)
+                  "narrow": view.narrow_copy_method, "nogradc": view.called_without_grad}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

@@ -339,6 +339,8 @@ def _calls(facts, lines) -> list[dict]:
             rec["step"] = ctx.kind
             rec["line"] = lines(call)
         rec["every"] = host is not None and facts.runs_on_every_call(call, host)
+        if facts.grad_context(call) == "off":
+            rec["nograd"] = True  # under `torch.no_grad()` / `inference_mode()` at the call
         positional = [a for a in call.args if a.keyword is None and not a.star]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
         splat = any(a.star == "*" for a in call.args)

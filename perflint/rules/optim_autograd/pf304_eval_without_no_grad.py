@@ -148,7 +148,9 @@ class EvalWithoutNoGrad(Rule):
                 continue
             for call in facts.calls_within(loop.body):
                 target = call.func
-                if isinstance(target, cst.Attribute) and target.attr.value in ("forward", "generate"):
+                if isinstance(target, cst.Attribute) and target.attr.value == "generate":
+                    continue  # `generate` runs without autograd (transformers decorates it with `no_grad`)
+                if isinstance(target, cst.Attribute) and target.attr.value == "forward":
                     target = target.value
                 if facts.receiver_text(target) == model_text and facts.grad_context(call) is None:
                     return loop
@@ -212,7 +214,9 @@ class EvalWithoutNoGrad(Rule):
         for dec in fn.decorators:
             if facts.grad_mode_of(dec.decorator) is not None:
                 return True
-        return False
+        # a caller in another module runs it under `torch.no_grad()`
+        return facts.project is not None and facts.parent(fn) is facts.module \
+            and facts.project.called_without_grad(fn.name.value)
 
     @staticmethod
     def _disabled_before(facts: Facts, scope: cst.CSTNode, loop: cst.CSTNode) -> bool:
