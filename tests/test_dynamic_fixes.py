@@ -392,12 +392,12 @@ class Counting(Dataset):
 a = DataLoader(Stream(), batch_size=4)
 b = DataLoader(Counting(), batch_size=4)
 c = DataLoader(Counting(), batch_size=4, collate_fn=lambda b: b)
-d = DataLoader(make_dataset(), batch_size=4)
+d = DataLoader(make_dataset(transform=augment), batch_size=4)
 """
     assert findings(src, ["PF101"]) == ["PF101"] * 4
     assert fixed(src, ["PF101"], unsafe=True) == textwrap.dedent(src)
     # What the IterableDataset guard prevents: two workers each yield the whole stream.
-    ns = run(src.replace("d = DataLoader(make_dataset(), batch_size=4)", ""))
+    ns = run(src.replace("d = DataLoader(make_dataset(transform=augment), batch_size=4)", ""))
     doubled = ns["DataLoader"](ns["Stream"](), batch_size=4, num_workers=2)
     assert sorted(int(v) for batch in doubled for v in batch) == sorted(list(range(8)) * 2)
 

@@ -30,7 +30,7 @@ def main():
     model = torch.nn.Linear(10, 1).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = torch.cuda.amp.GradScaler()
-    loader = DataLoader(list(range(100)), batch_size=8)
+    loader = DataLoader(Frames("data", transform=augment), batch_size=8)
     total = 0.0
     for x, y in loader:
         x = x.to(device)
@@ -329,7 +329,7 @@ async def test_edit_rechecks_open_dependents(client: LanguageClient, tmp_path):
 async def test_notebook_cells_get_their_own_diagnostics(client: LanguageClient, tmp_path):
     nb_uri = (tmp_path / "explore.ipynb").as_uri()
     cells = ["import torch\nfrom torch.utils.data import DataLoader\n", "# notes",
-             "loader = DataLoader(list(range(10)), batch_size=2)\nfor epoch in range(3):\n    for x in loader:\n"
+             "loader = DataLoader(Frames(transform=augment), batch_size=2)\nfor epoch in range(3):\n    for x in loader:\n"
              "        print(x.sum().item())\n"]  # read every epoch (one pass alone is not reported)
     kinds = [lsp.NotebookCellKind.Code, lsp.NotebookCellKind.Markup, lsp.NotebookCellKind.Code]
     cell_uris = [f"vscode-notebook-cell:{tmp_path}/explore.ipynb#C{i}" for i in range(3)]
@@ -351,7 +351,7 @@ async def test_notebook_cells_get_their_own_diagnostics(client: LanguageClient, 
             lsp.NotebookDocumentCellContentChanges(
                 document=lsp.VersionedTextDocumentIdentifier(uri=cell_uris[2], version=2),
                 changes=[lsp.TextDocumentContentChangeWholeDocument(
-                    text="loader = DataLoader(list(range(10)), batch_size=2, num_workers=2)\n")])]))))
+                    text="loader = DataLoader(Frames(transform=augment), batch_size=2, num_workers=2)\n")])]))))
     await wait_diagnostics(client, cell_uris[2], lambda d: "PF101" not in _codes(d))
     client.diagnostics[cell_uris[2]] = None  # so that the clearing below is seen arriving
     # The finding back, then the notebook closed: its cells' diagnostics are cleared.

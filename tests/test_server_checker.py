@@ -16,7 +16,7 @@ SCRIPT = '''\
 import torch
 from torch.utils.data import DataLoader
 
-loader = DataLoader(list(range(10)), batch_size=2)
+loader = DataLoader(Frames(transform=augment), batch_size=2)
 model = torch.nn.Linear(2, 1).cuda()
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for x in loader:

@@ -36,7 +36,7 @@ from helpers import log
 
 
 def train(model, ds, opt):
-    loader = DataLoader(ds, batch_size=32)
+    loader = DataLoader(Frames(ds, transform=augment), batch_size=32)
     for x, y in loader:
         loss = model(x).sum()
         opt.zero_grad()

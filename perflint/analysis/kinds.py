@@ -135,6 +135,29 @@ class KindsMixin:
                             return True
         return False
 
+    def shares_a_file_offset(self, cls: cst.ClassDef) -> bool:
+        """A Dataset class that opens a file once (`self.f = open(...)` in `__init__`) and
+        seeks in it per item: worker processes forked from it share that file's offset, so
+        their reads interleave (a loader must keep `num_workers=0`, or open per worker)."""
+        if not isinstance(cls.body, cst.IndentedBlock):
+            return False
+        opened: set[str] = set()
+        for fn in cls.body.body:
+            if isinstance(fn, cst.FunctionDef) and fn.name.value == "__init__":
+                for node in self.nodes_within(fn, cst.Assign):
+                    if isinstance(node.value, cst.Call) and call_name(node.value) == "open" and len(node.targets) == 1:
+                        t = node.targets[0].target
+                        if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
+                            opened.add(t.attr.value)
+        if not opened:
+            return False
+        for c in self.calls_within(cls):
+            f = c.func
+            if isinstance(f, cst.Attribute) and f.attr.value == "seek" and isinstance(f.value, cst.Attribute) \
+                    and f.value.attr.value in opened:
+                return True
+        return False
+
     def pad_only_collate(self, fn: cst.CSTNode) -> bool:
         """A collate function that only pads, stacks and casts what the samples hold."""
         inner = {f.name.value for f in self.nodes_within(fn, cst.FunctionDef)}  # its own helpers

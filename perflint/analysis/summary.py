@@ -232,6 +232,8 @@ def _class_info(facts, cls: cst.ClassDef) -> dict:
             kinds.append("cheap_samples")  # in-memory or memory-mapped samples (PF101)
         if facts.moves_samples_to_device(cls):
             kinds.append("device_samples")  # its samples are on a device: nothing to pin (PF102/PF105)
+        if facts.shares_a_file_offset(cls):
+            kinds.append("shared_file")  # one open file seeked per item: not for forked workers (PF101)
         collate = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "collate_fn"),
                        None) if isinstance(cls.body, cst.IndentedBlock) else None
         if collate is not None and facts.pad_only_collate(collate):

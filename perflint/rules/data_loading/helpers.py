@@ -414,7 +414,7 @@ def words_mention_tokenizer(facts: Facts) -> bool:
 
 def index_loader(facts: Facts, call: cst.Call) -> bool:
     """`DataLoader(range(n), batch_size, shuffle=True)`: a loader that only batches integer
-    indices (`range`, `list(range(...))`, `torch.arange`, `torch.randperm`) to slice tensors
+    indices (`range`, `list(range(...))`, `torch.randperm`) to slice tensors
     the program already holds, often on the GPU.  A batch is a small int tensor: nothing for
     worker processes to load, nothing worth pinning."""
     opts = loader_options(facts, call)
@@ -427,7 +427,7 @@ def index_loader(facts: Facts, call: cst.Call) -> bool:
     q = facts.qualname(node.func) or ""
     if isinstance(node.func, cst.Name) and node.func.value == "range" and not q:
         return opts.get("collate_fn") is None
-    return q in ("torch.arange", "torch.randperm") and opts.get("collate_fn") is None
+    return q == "torch.randperm" and opts.get("collate_fn") is None
 
 
 def _lightning_eval_loader_method(facts: Facts, call: cst.Call) -> bool:
