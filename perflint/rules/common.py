@@ -438,3 +438,16 @@ def runs_once(facts: Facts, scope: cst.CSTNode, depth: int = 0) -> bool:
         if throttled_in_loop(facts, c, host) is not None or not runs_once(facts, host, depth + 1):
             return False
     return True
+
+
+def param_for(fn: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> str | None:
+    """The parameter of `fn` that receives `arg` at `call`."""
+    params = [*fn.params.posonly_params, *fn.params.params]
+    if arg.keyword is not None:
+        names = {p.name.value for p in (*params, *fn.params.kwonly_params)}
+        return arg.keyword.value if arg.keyword.value in names else None
+    if any(a.star for a in call.args):
+        return None
+    positional = [a for a in call.args if a.keyword is None]
+    i = positional.index(arg)
+    return params[i].name.value if i < len(params) else None

@@ -16,7 +16,7 @@ from perflint.analysis import (
     iter_nodes,
     literal_value,
 )
-from perflint.rules.common import COMPREHENSIONS, runs_once, throttled_in_loop, trains_in
+from perflint.rules.common import COMPREHENSIONS, param_for, runs_once, throttled_in_loop, trains_in
 
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
@@ -528,7 +528,7 @@ def _reads(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: int) 
         if (depth < 2 and node is use and isinstance(arg, cst.Arg) and isinstance(outer, cst.Call)
                 and isinstance(outer.func, cst.Name) and not _in_a_loop(facts, outer, scope)):
             fns = facts.functions_by_name.get(outer.func.value) or []
-            param = _param_for(fns[0], outer, arg) if len(fns) == 1 else None
+            param = param_for(fns[0], outer, arg) if len(fns) == 1 else None
             if param is not None and _reads(facts, param, fns[0], facts.order.get(fns[0].body, 0), depth + 1) == 1:
                 reads += 1
                 continue
@@ -576,7 +576,7 @@ def read_sites(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: i
         if (depth < 2 and node is use and isinstance(arg, cst.Arg) and isinstance(outer, cst.Call)
                 and isinstance(outer.func, cst.Name)):
             fns = facts.functions_by_name.get(outer.func.value) or []
-            param = _param_for(fns[0], outer, arg) if len(fns) == 1 else None
+            param = param_for(fns[0], outer, arg) if len(fns) == 1 else None
             inner = read_sites(facts, param, fns[0], facts.order.get(fns[0].body, 0), depth + 1) \
                 if param is not None else None
             if inner is not None:
@@ -716,19 +716,6 @@ def _module_runs_as_script(facts: Facts) -> bool:
                 if isinstance(node, cst.Call) and call_name(node) in ("parse_args", "parse_known_args"):
                     return True
     return False
-
-
-def _param_for(fn: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> str | None:
-    """The parameter of `fn` that receives `arg` at `call`."""
-    params = [*fn.params.posonly_params, *fn.params.params]
-    if arg.keyword is not None:
-        names = {p.name.value for p in (*params, *fn.params.kwonly_params)}
-        return arg.keyword.value if arg.keyword.value in names else None
-    if any(a.star for a in call.args):
-        return None
-    positional = [a for a in call.args if a.keyword is None]
-    i = positional.index(arg)
-    return params[i].name.value if i < len(params) else None
 
 
 def dataloaders(facts: Facts) -> list[cst.Call]:

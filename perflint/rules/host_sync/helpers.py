@@ -377,13 +377,10 @@ def _stops_inner_loop(facts: Facts, node: cst.If) -> bool:
 
 def _exits_loop(block: cst.BaseSuite) -> bool:
     """The branch leaves the loop: a `break` or `return` among its statements."""
-    body = block.body if isinstance(block, cst.IndentedBlock) else [block]
-    for stmt in body:
-        if isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, (cst.Break, cst.Return)) for s in stmt.body):
-            return True
-        if isinstance(block, cst.SimpleStatementSuite) and any(isinstance(s, (cst.Break, cst.Return)) for s in block.body):
-            return True
-    return False
+    if isinstance(block, cst.SimpleStatementSuite):  # `if done: break`
+        return any(isinstance(s, (cst.Break, cst.Return)) for s in block.body)
+    return any(isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, (cst.Break, cst.Return)) for s in stmt.body)
+               for stmt in block.body)
 
 
 def decides_exit(facts: Facts, point: cst.CSTNode) -> bool:

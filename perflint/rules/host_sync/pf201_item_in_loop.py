@@ -8,6 +8,7 @@ import libcst as cst
 
 from perflint.analysis import Facts, call_name, iter_nodes
 from perflint.rules.base import Rule, Violation
+from perflint.rules.common import param_for
 from perflint.rules.host_sync.helpers import (
     feeds_environment,
     item_sync,
@@ -127,20 +128,10 @@ def _param_used_as_size(facts: Facts, node: cst.CSTNode) -> bool:
     if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name) or arg.star:
         return False
     fns = facts.functions_by_name.get(call.func.value) or []
-    if len(fns) != 1:
+    name = param_for(fns[0], call, arg) if len(fns) == 1 else None
+    if name is None:
         return False
     fn = fns[0]
-    params = [*fn.params.posonly_params, *fn.params.params]
-    if arg.keyword is not None:
-        name = arg.keyword.value
-    else:
-        positional = [a for a in call.args if a.keyword is None]
-        if any(a.star for a in call.args):
-            return False
-        i = positional.index(arg)
-        if i >= len(params):
-            return False
-        name = params[i].name.value
     return any(_used_as_size(facts, use) for use in list(facts.later_uses(name, fn, facts.order.get(fn.body, 0)))[:12])
 
 
