@@ -97,6 +97,58 @@ def test_an_unknown_caller_keeps_the_facts_unknown(proj, unknown):
     assert check(".") == []
 
 
+# The same training pass as a method of a trainer object.
+TRAINER = """\
+import torch.nn.functional as F
+
+
+class Trainer:
+    def __init__(self, clip=1.0):
+        self.clip = clip
+
+    def fit(self, model, loader, optimizer, device):
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+METHOD_MAIN = _main('torch.device("cuda")', "trainer.fit(model, loader, opt, device)").replace(
+    "from engine import fit", "from engine import Trainer").replace("for epoch", "trainer = Trainer()\nfor epoch")
+METHOD_FINDINGS = [("engine.py", 10, "PF105"), ("engine.py", 10, "PF105"), ("engine.py", 11, "PF403")]
+
+
+def test_a_method_takes_what_every_call_on_an_instance_of_its_class_passes(proj):
+    write(proj, {"engine.py": TRAINER, "main.py": METHOD_MAIN})
+    assert check(".") == METHOD_FINDINGS
+    assert check("engine.py") == METHOD_FINDINGS
+    write(proj, {"cpu_main.py": METHOD_MAIN.replace('torch.device("cuda")', '"cpu"')})
+    assert check(".") == []  # one caller on the CPU
+
+
+@pytest.mark.parametrize("unknown", [
+    # called on an object whose class is not known
+    "trainer.fit(model, loader, opt, device)\n    def again(t):\n        t.fit(model, loader, opt, 'cpu')",
+    # handed on as a bound method
+    "trainer.fit(model, loader, opt, device)\n    hooks = [trainer.fit]",
+    # called through the class: the arguments start at `self`
+    "Trainer.fit(trainer, model, loader, opt, device)",
+    # a subclass that does not define it: which method runs is not followed
+    "trainer.fit(model, loader, opt, device)\n    Sub().fit(model, loader, opt, 'cpu')",
+])
+def test_an_unknown_call_of_a_method_keeps_its_facts_unknown(proj, unknown):
+    main = METHOD_MAIN.replace("trainer.fit(model, loader, opt, device)", unknown)
+    main = main.replace("for epoch", "class Sub(Trainer):\n    pass\n\n\nfor epoch")
+    write(proj, {"engine.py": TRAINER, "main.py": main})
+    assert check(".") == []
+
+
+def test_a_method_its_own_class_calls_on_self_keeps_its_facts_unknown(proj):
+    engine = TRAINER + "\n    def epochs(self, n, *args):\n        for _ in range(n):\n            self.fit(*args)\n"
+    write(proj, {"engine.py": engine, "main.py": METHOD_MAIN})
+    assert check(".") == []
+
 def test_a_function_nothing_in_the_project_calls_learns_nothing(proj):
     write(proj, {"main.py": _main('torch.device("cuda")', "pass")})
     assert check(".") == []

@@ -30,15 +30,22 @@ class CallerFacts:
         self._incoming: dict[tuple[str, str], list] | None = None
         self._calls_to: dict[tuple[str, str], list] | None = None
         self._escaped: set[tuple[str, str]] = set()
+        self._method_targets: dict[str, set] = {}
+        self._blind: set[str] = set()
 
     def _index_calls(self) -> None:
         incoming: dict[tuple[str, str], list] = {}
         calls_to: dict[tuple[str, str], list] = {}
         step_fns: dict[tuple[str, str], tuple] = {}
         records = []
+        method_targets: dict[str, set] = {}
         for path in sorted(self.summaries):
             for c in self.summaries[path].get("calls", ()):
                 where = self.index.resolve(path, c["ref"])
+                if "." in c["ref"].lstrip("#*"):
+                    # every call spelled `<something>.name(...)`: what it reaches, if known
+                    method_targets.setdefault(c["ref"].rsplit(".", 1)[-1], set()).add(
+                        tuple(where) if where is not None and where[1] else None)
                 if where is None or not where[1]:
                     continue
                 records.append((path, c, where))
@@ -70,6 +77,8 @@ class CallerFacts:
                 if where is not None and where[1]:
                     escaped.add(where)
         self._escaped = escaped
+        self._method_targets = method_targets
+        self._blind = set().union(*(s.get("attrs", ()) for s in self.summaries.values()))
 
     def called_without_grad(self, where: tuple[str, str]) -> bool:
         """Some project call of `where` runs under `torch.no_grad()` or `inference_mode()`
@@ -112,12 +121,37 @@ class CallerFacts:
         it is handed to), or a call passes `*args` or a `**kwargs` that is not a known dict."""
         if self._calls_to is None:
             self._index_calls()
-        if where in self._escaped or "." in where[1]:
+        if where in self._escaped or ("." in where[1] and not self._method_callers_known(where)):
             return None
         sites = self._calls_to.get(where)  # type: ignore[union-attr]
         if not sites or any(c.get("splat") for _, c in sites):
             return None
+        if "." in where[1] and not all(c.get("inst") for _, c in sites):
+            return None  # `Trainer.fit(trainer, ...)`: the arguments start at `self`
         return sites
+
+    def _method_callers_known(self, where: tuple[str, str]) -> bool:
+        """Whether every call of the method `where` ("Class.method") is a call on an
+        instance of its class that the project shows: no file uses an attribute of that name
+        on an object of unknown class (`self.fit(...)`, `x.fit`, `super().fit(...)`), every
+        call spelled `<obj>.fit(...)` reaches this method or another project method that
+        exists, and the method is no dunder and has no decorator that changes its call."""
+        name = where[1].split(".", 1)[1]
+        if "." in name or name.startswith("__") or name in self._blind:
+            return False
+        got = self.index.entry(where)
+        if got is None or got[0] != "function" or got[1].get("wrapped"):
+            return False
+        return all(t == where or (t is not None and self.index.entry(t) is not None)
+                   for t in self._method_targets.get(name, ()))
+
+    def positional_offset(self, where: tuple[str, str]) -> int:
+        """How many leading parameters of `where` a call's arguments do not fill: 1 for a
+        method called on an instance (`self`), 0 for a function or a static method."""
+        if "." not in where[1]:
+            return 0
+        got = self.index.entry(where)
+        return 0 if got is not None and got[1].get("static") else 1
 
     @staticmethod
     def _key(c: dict, index: int, name: str) -> str | None:
@@ -133,13 +167,16 @@ class CallerFacts:
         argument that forwards that parameter (`step_loss(model, batch, device)` inside
         `train_one_epoch(model, loader, optimizer, device)`)."""
         host = c.get("in")
-        if not host or "." in host:
+        if not host:
             return None
-        fn = (self.summaries.get(caller) or {}).get("functions", {}).get(host)
-        if fn is None:
+        got = self.index.entry((caller, host))
+        if got is None or got[0] != "function":
             return None
-        pos = fn.get("sig", {}).get("pos", [])
-        return (caller, host), (pos.index(pname) if pname in pos else 10_000)
+        pos = got[1].get("sig", {}).get("pos", [])
+        if pname not in pos:
+            return (caller, host), 10_000
+        index = pos.index(pname) - self.positional_offset((caller, host))
+        return ((caller, host), index) if index >= 0 else None
 
     def param_kinds(self, where: tuple[str, str], index: int, name: str, depth: int = 0) -> frozenset[str]:
         """Kinds every known call site of `where` passes for a parameter (empty unless all
@@ -226,14 +263,21 @@ class CallerFacts:
             return self._memo[key]
         self._memo[key] = False
         found = False
-        for name, fn in ((self.summaries.get(path) or {}).get("functions") or {}).items():
+        summary = self.summaries.get(path) or {}
+        symbols = [*(summary.get("functions") or {}).items(),
+                   *((f"{c}.{m}", fn) for c, info in (summary.get("classes") or {}).items()
+                     for m, fn in (info.get("methods") or {}).items())]
+        for name, fn in symbols:
             where = (path, name)
             sites = self._sites(where)
             if sites is None:
                 continue
             pos = fn.get("sig", {}).get("pos", [])
+            skip = self.positional_offset(where)
             for i, p in enumerate([*pos, *fn.get("sig", {}).get("kwonly", [])]):
-                if self._param_device(where, i if i < len(pos) else 10_000, p)[1]:
+                if i < skip:
+                    continue
+                if self._param_device(where, i - skip if i < len(pos) else 10_000, p)[1]:
                     found = True
                     break
             if not found and "dataloader" in self.index.result_kinds(where) \

@@ -150,16 +150,21 @@ class CrossModuleMixin:
         return None
 
     def _param_position(self, param: cst.Param, fn: cst.FunctionDef) -> tuple[str, int] | None:
-        """(symbol, positional index) of a parameter of a top-level function (index 10000
-        for a keyword-only one); None for methods and nested functions."""
+        """(symbol, index among a call's positional arguments) of a parameter of a top-level
+        function or of a method of a top-level class ("Class.method"; its callers pass the
+        arguments after `self`); index 10000 for a keyword-only one; None for `self` and for
+        nested functions."""
         from perflint.analysis.summary import _symbol_of
 
         symbol = _symbol_of(self, fn)
-        if symbol is None or "." in symbol:
-            return None  # methods: their call sites are not resolved
+        if symbol is None:
+            return None
         params = fn.params
         positional = [*params.posonly_params, *params.params]
-        return symbol, next((i for i, p in enumerate(positional) if p is param), 10_000)
+        index = next((i for i, p in enumerate(positional) if p is param), 10_000)
+        if "." in symbol and index < 10_000 and not any(dotted(d.decorator) == "staticmethod" for d in fn.decorators):
+            index -= 1  # a call on an instance fills the parameters after `self`
+        return (symbol, index) if index >= 0 else None
 
     def project_param_kinds(self, param: cst.Param, fn: cst.FunctionDef) -> set[str]:
         """Kinds every call site in the project passes for `param` (empty unless they agree)."""
@@ -250,16 +255,11 @@ class CrossModuleMixin:
                 continue
             out |= self.project.layer_apis(ref)
         # A model handed in by every caller (`fit(model, ...)` with `model = Net(...)`).
-        from perflint.analysis.summary import _symbol_of
-
         for fn in self.index[cst.FunctionDef]:
-            symbol = _symbol_of(self, fn)
-            if symbol is None or "." in symbol:
-                continue
-            positional = [*fn.params.posonly_params, *fn.params.params]
-            for i, param in enumerate(positional):
-                if "model" in self.project_param_kinds(param, fn):
-                    out |= self.project.param_layer_apis(symbol, i, param.name.value)
+            for param in [*fn.params.posonly_params, *fn.params.params]:
+                pos = self._param_position(param, fn)
+                if pos is not None and "model" in self.project_param_kinds(param, fn):
+                    out |= self.project.param_layer_apis(pos[0], pos[1], param.name.value)
         return frozenset(out)
 
     # -- options --------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from perflint.analysis.syntax import NOT_LITERAL, call_name, get_arg, has_splat,
 from perflint.analysis.vocab import DATALOADER, _OPTION_ROOTS
 from perflint.names import ImportTable, dotted
 
-SUMMARY_VERSION = 5
+SUMMARY_VERSION = 6
 # Import roots that are never the project's own modules.
 LIBRARY_ROOTS = frozenset({
     "torch", "numpy", "np", "scipy", "torchvision", "torchaudio", "transformers", "accelerate", "timm", "os", "sys",
@@ -219,6 +219,11 @@ def _looks_like_device(facts, node: cst.BaseExpression) -> bool:
         node, (cst.SimpleString, cst.IfExp))
 
 
+# Method decorators that hand a call's arguments to the method unchanged.
+_PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "torch.no_grad", "torch.inference_mode",
+                               "torch.enable_grad", "no_grad", "inference_mode"})
+
+
 def _class_info(facts, cls: cst.ClassDef) -> dict:
     name = cls.name.value
     kinds = []
@@ -254,7 +259,13 @@ def _class_info(facts, cls: cst.ClassDef) -> dict:
     methods = {}
     for stmt in cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ():
         if isinstance(stmt, cst.FunctionDef):
-            methods[stmt.name.value] = _function_info(facts, stmt)
+            methods[stmt.name.value] = m = _function_info(facts, stmt)
+            decorators = {dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
+                          for d in stmt.decorators}
+            if "staticmethod" in decorators:
+                m["static"] = True  # no `self`: a call's arguments fill the parameters from the first
+            if decorators - _PLAIN_DECORATORS:
+                m["wrapped"] = True  # another decorator: what a call passes is not known
     info = {"bases": bases, "kinds": kinds, "attrs": attrs, "methods": methods}
     info.update(_body_info(facts, cls))
     return info
@@ -328,15 +339,18 @@ def _calls(facts, lines) -> list[dict]:
     out = []
     for call in facts.calls():
         ref = reference(facts, call.func)
+        inst = False
         if ref is None and isinstance(call.func, cst.Attribute) and not _plain_receiver(facts, call.func.value):
             cls = facts.instance_class(call.func.value)  # `agent.act(obs)` on a project class
             if cls is not None:
-                ref = f"{cls}.{call.func.attr.value}"
+                ref, inst = f"{cls}.{call.func.attr.value}", True
         if ref is None:
             continue
         host = _outer_function(facts, call)
         ctx = facts.iteration_context(call)
         rec: dict = {"ref": ref, "in": _symbol_of(facts, host)}
+        if inst:
+            rec["inst"] = True  # a method called on an instance: its arguments fill the parameters after `self`
         if ctx is not None:
             rec["step"] = ctx.kind
             rec["line"] = lines(call)
@@ -565,6 +579,30 @@ def _escapes(facts) -> list[str]:
     return sorted(out)
 
 
+def _blind_attributes(facts, calls: list[dict]) -> list[str]:
+    """Attribute names the file uses on a receiver whose class it does not know (`x.fit(...)`,
+    `self.fit(...)`, `hooks.append(trainer.fit)`): a project method of that name may be called
+    from here with anything, so its parameters take no facts from its known callers.  Calls
+    on an instance of a project class (recorded in `calls`) and module attributes
+    (`utils.accuracy`) are left out."""
+    known = {c["ref"].rsplit(".", 1)[-1] for c in calls if c.get("inst")}
+    aliases, relative = facts.imports.aliases, facts.imports.relative
+    out: set[str] = set()
+    for attr in facts.index[cst.Attribute]:
+        name = attr.attr.value
+        if name in out or name.startswith("__"):
+            continue
+        if isinstance(attr.value, cst.Name) and (attr.value.value in aliases or attr.value.value in relative):
+            continue
+        if name in known:
+            parent = facts.parent(attr)
+            if isinstance(parent, cst.Call) and parent.func is attr and not _plain_receiver(facts, attr.value) \
+                    and facts.instance_class(attr.value) is not None:
+                continue
+        out.add(name)
+    return sorted(out)
+
+
 def _plain_receiver(facts, value: cst.BaseExpression) -> bool:
     """`self.f()`, `torch.cat()`, `"".join()`: a receiver that is no instance of a project
     class bound to a name."""
@@ -725,6 +763,7 @@ def summarise(facts, lines) -> dict:
     if exported is not None:
         summary["all"] = exported
     summary["calls"] = _calls(facts, lines)
+    summary["attrs"] = _blind_attributes(facts, summary["calls"])
     refs = _escapes(facts)
     if refs:
         summary["refs"] = refs
