@@ -363,10 +363,14 @@ class ProjectPhase:
         return reask(self.indexes.get(self.roots.get(key, "")), self.abs.get(key, os.path.abspath(key)),
                      questions).relevant()
 
-    def stamp(self, key: str) -> str | None:
+    def stamp(self, key: str, questions=()) -> str | None:
         """A hash of what the answers to the file's questions are computed from: its project's
         files, and the content of each file summarised (a summary is a function of the
-        content and of perflint's code, which keys the cache)."""
+        content and of perflint's code, which keys the cache).  None for a file whose
+        questions read a config file (YAML/JSON, which no stamp covers): its cached findings
+        are served only once the answers are asked again and hash the same."""
+        if any(q.startswith('["cfgfile"') for q in questions):
+            return None
         root = self.roots.get(key)
         index = self.indexes.get(root or "")
         if index is None:

@@ -218,7 +218,8 @@ def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: 
             else:
                 sha = shas[r.path]
             caches[fingerprints[r.path]].put(os.path.abspath(r.path), sha, r.diagnostics,
-                                             r.questions, proj.digest(r.path, r.questions), proj.stamp(r.path))
+                                             r.questions, proj.digest(r.path, r.questions),
+                                             proj.stamp(r.path, r.questions))
         for c in caches.values():
             c.save()
         proj.save()

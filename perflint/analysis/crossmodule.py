@@ -276,6 +276,11 @@ class CrossModuleMixin:
         passed = self._passed_options.get(node) if self._passed_options else None
         if passed is not None:
             return passed  # passed by the callers through `**kwargs`: the default they know
+        from perflint.analysis.configfiles import config_value
+
+        got = config_value(self, node)  # `cfg["num_workers"]` of a YAML/JSON file of the project
+        if got is not None:
+            return got
         if isinstance(node, cst.Name) and self.project is not None and not self.lookup(node.value, node):
             ref = self.project_ref(node)  # `num_workers=NUM_WORKERS` imported from a project module
             if ref is not None and not ref.startswith("#"):

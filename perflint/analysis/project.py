@@ -460,6 +460,15 @@ class ProjectView:
             return sorted(self.index.method_kinds(w, method))  # type: ignore[union-attr]
         return frozenset(self._ask(("imeth", class_ref, method), compute) or ())
 
+    def config_data(self, literal: str):
+        """The parsed content of a YAML/JSON file of the project that this file loads by the
+        path `literal` (see `analysis.configfiles`)."""
+        from perflint.analysis.configfiles import read_config
+
+        return self._ask(("cfgfile", literal),
+                         lambda: read_config(self.index.root, os.path.dirname(self.path), literal,  # type: ignore[union-attr]
+                                             read_regular))
+
     def star_aliases(self) -> dict[str, str]:
         return self._ask(("stars",), lambda: self.index.star_aliases(self.path) or None) or {}  # type: ignore[union-attr]
 
@@ -528,7 +537,8 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "trained": view.called_from_training, "pdev": view.param_device,
                   "rcuda": view.receives_cuda, "kwargs": view.kwargs_of, "stars": view.star_aliases,
                   "pmeth": view.param_method_kinds, "imeth": view.inherited_method_kinds,
-                  "narrow": view.narrow_copy_method, "nogradc": view.called_without_grad}.get(kind)
+                  "narrow": view.narrow_copy_method, "nogradc": view.called_without_grad,
+                  "cfgfile": view.config_data}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

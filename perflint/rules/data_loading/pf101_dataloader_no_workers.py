@@ -9,6 +9,7 @@ import libcst as cst
 
 from perflint.edits import add_arg, make_kwarg, parse_expr, parse_stmt, replace_arg_value
 from perflint.analysis import NOT_LITERAL, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
+from perflint.analysis.configfiles import from_config_file
 from perflint.names import dotted
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.data_loading.helpers import (
@@ -254,7 +255,10 @@ class DataLoaderNoWorkers(Rule):
                     found, default = facts.option_default(value)
                     if not found or default != 0:
                         continue
-                    why = f"`num_workers={dotted(value)}` (default 0)" if dotted(value) else "`num_workers` (default 0)"
+                    if from_config_file(facts, value):
+                        why = f"`num_workers={facts.module.code_for_node(value)}` (0 in the config file it reads)"
+                    else:
+                        why = f"`num_workers={dotted(value)}` (default 0)" if dotted(value) else "`num_workers` (default 0)"
                 elif v != 0:
                     continue
             if collate_origin(facts, call, opts.get("collate_fn")) == "device" \
