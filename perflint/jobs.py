@@ -115,18 +115,20 @@ def run_jobs(
     on_start: Callable[[], Callable[[FileResult], None] | None] | None = None,
     pool=None,
 ) -> list[FileResult]:
-    """Run jobs, in worker processes when there are enough of them to pay for the start-up.
+    """Run jobs, in worker processes (`perflint.pool.Pool`) when there are enough of them to
+    pay for the start-up: the run's own pool when given, else one for these jobs.
 
     Results come back in the order of `jobs`.  `on_start`, if given, is called once the
     workers exist (so that no thread, such as a progress display's, is running when they
     are forked) and returns the per-result callback.  A worker that dies (a crash in native
     code, the out-of-memory killer) costs only the file it was working on.
     """
+    from perflint.pool import Pool
+
     if jobs:
         preload()
     if pool is not None and jobs and (pool.started or len(jobs) >= 8):
-        # Workers that live for the whole run (see `perflint.pool`).
-        out = pool.run(jobs, progress, on_start)
+        out = pool.run(jobs, progress, on_start)  # workers that live for the whole run
         return _retry_lost(jobs, out, progress)
     if workers <= 1 or len(jobs) < 8 or pool is not None:
         if on_start is not None:
@@ -138,50 +140,22 @@ def run_jobs(
             if progress:
                 progress(r)
         return results
-    out: list[FileResult | None] = [None] * len(jobs)
-    # Largest files first keeps the workers evenly loaded.
-    order = sorted(range(len(jobs)), key=lambda i: -(len(jobs[i].raw) if jobs[i].raw is not None else 0))
-    progress = _pool_run(jobs, order, out, min(workers, len(jobs)), progress, on_start)
+    with Pool(min(workers, len(jobs))) as own:
+        out = own.run(jobs, progress, on_start)
     return _retry_lost(jobs, out, progress)
 
 
 def _retry_lost(jobs: list[Job], out: list[FileResult | None], progress) -> list[FileResult]:
-    """Jobs lost with a dead worker: again, one worker at a time, so that the file that kills
-    a worker is found and reported and the others still get their results."""
+    """Jobs lost with a dead worker: again, each in a worker of its own, so that the file
+    that kills a worker is found and reported and the others still get their results."""
+    from perflint.pool import Pool
+
     for i in [i for i, r in enumerate(out) if r is None]:
-        _pool_run(jobs, [i], out, 1, progress, None)
+        with Pool(1) as alone:
+            out[i] = alone.run([jobs[i]])[0]
         if out[i] is None:
             out[i] = FileResult(path=jobs[i].path, errors=[FileError(
                 jobs[i].path, ErrorKind.INTERNAL, f"the worker process checking this file died; {BUG_HINT}")])
-            if progress:
-                progress(out[i])
+        if progress:
+            progress(out[i])
     return [r for r in out if r is not None]
-
-
-def _pool_run(jobs, order, out, workers, progress, on_start):
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
-
-    ctx = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as pool:
-        futures = {}
-        for i in order:
-            try:
-                futures[pool.submit(run_job, jobs[i])] = i
-            except BrokenProcessPool:
-                break  # a worker died while jobs were still being handed out: the rest is retried
-        if on_start is not None:
-            progress = on_start() or progress
-        for fut in as_completed(futures):
-            i = futures[fut]
-            try:
-                r = fut.result()
-            except BrokenProcessPool:
-                continue  # retried by the caller
-            except Exception as exc:  # noqa: BLE001 - a result that could not be sent back
-                r = FileResult(path=jobs[i].path, errors=[FileError(jobs[i].path, ErrorKind.INTERNAL, f"worker failed: {exc}; {BUG_HINT}")])
-            out[i] = r
-            if progress:
-                progress(r)
-    return progress

@@ -76,7 +76,8 @@ class Pool:
     def _start(self) -> None:
         import multiprocessing
 
-        ctx = multiprocessing.get_context("fork")
+        # Forked workers inherit the loaded rules; where there is no fork, spawned ones load them.
+        ctx = multiprocessing.get_context("fork" if can_fork() else "spawn")
         budget = TREE_BUDGET // self.workers
         for _ in range(self.workers):
             parent, child = ctx.Pipe()

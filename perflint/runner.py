@@ -113,9 +113,9 @@ def run(
         return lambda: progress(n)
 
     from perflint import engine
-    from perflint.pool import TREE_BUDGET, Pool, can_fork
+    from perflint.pool import TREE_BUDGET, Pool
 
-    pool = Pool(workers) if workers > 1 and can_fork() else None
+    pool = Pool(workers) if workers > 1 else None
     engine.TREES.enable(TREE_BUDGET)
     try:
         return _run_phases(outcome, f, paths, use_cache=use_cache, fix=fix, diff=diff, stdin=stdin is not None,

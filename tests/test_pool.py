@@ -120,3 +120,13 @@ def test_a_kept_tree_is_handed_out_once_for_the_same_text_within_the_budget():
     assert store.take("a.py", "x = 1\n") == "tree-a"
     assert store.take("a.py", "x = 1\n") is None  # once
     assert store.used == 0
+
+
+def test_where_there_is_no_fork_the_same_pool_spawns_its_workers(monkeypatch):
+    import perflint.pool as pool_module
+
+    monkeypatch.setattr(pool_module, "can_fork", lambda: False)
+    monkeypatch.chdir(PROJECTS)
+    spawned = runner.run(["."], Resolver(), use_cache=False, jobs=2)
+    assert spawned.results and not any(r.errors for r in spawned.results)
+    assert _findings(spawned) == _findings(runner.run(["."], Resolver(), use_cache=False, jobs=1))
