@@ -31,6 +31,7 @@ from perflint.diagnostics import (
     Fix,
     Location,
 )
+from perflint.runcontext import current_trees
 from perflint.source import Source, SourceError, read_source
 
 MAX_FIX_PASSES = 10
@@ -111,64 +112,17 @@ def _mixed_indentation(text: str) -> bool:
     return len(kinds) > 1
 
 
-class TreeStore:
-    """Parsed trees kept for a second pass over the same file in the same process.
-
-    A project run lints most files twice at most: first alone, then again, for the few
-    whose questions to the project got answers.  A process that keeps the tree of its first
-    parse (within a budget of source characters) skips the second parse, which is most of
-    the cost of a file.  A kept tree is handed out once, for the same text only.
-    """
-
-    def __init__(self) -> None:
-        self.budget = 0  # characters of source whose trees may be kept; 0: keep nothing
-        self.used = 0
-        self.trees: dict[str, tuple[str, object]] = {}
-        self._first: tuple[str, str, object] | None = None  # the current job's first parse
-
-    def enable(self, budget: int) -> None:
-        self.clear()
-        self.budget = budget
-
-    def clear(self) -> None:
-        self.budget = self.used = 0
-        self.trees.clear()
-        self._first = None
-
-    def take(self, path: str, text: str):
-        got = self.trees.get(path)
-        if got is None or got[0] != text:
-            return None
-        del self.trees[path]
-        self.used -= len(text)
-        return got[1]
-
-    def parsed(self, path: str, text: str, module) -> None:
-        if self.budget and self._first is None:
-            self._first = (path, text, module)
-
-    def end_job(self, path: str, keep: bool) -> bool:
-        """After a job: keep the tree of its first parse when asked to and it fits."""
-        first, self._first = self._first, None
-        if not keep or first is None or first[0] != path or self.used + len(first[1]) > self.budget:
-            return False
-        self.trees[path] = (first[1], first[2])
-        self.used += len(first[1])
-        return True
-
-
-TREES = TreeStore()
-
-
 def _parse(text: str, path: str):
     import libcst as cst
 
-    kept = TREES.take(path, text) if TREES.trees else None
+    trees = current_trees()
+    kept = trees.take(path, text) if trees is not None and trees.trees else None
     if kept is not None:
         return kept, None
     try:
         module = _parse_module(text)
-        TREES.parsed(path, text, module)
+        if trees is not None:
+            trees.parsed(path, text, module)
         return module, None
     except cst.ParserSyntaxError as exc:
         better = _cpython_syntax_error(text)

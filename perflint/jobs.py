@@ -14,7 +14,8 @@ from typing import Callable
 
 from perflint.api import check_file, fix_file
 from perflint.diagnostics import ErrorKind, FileError, FileResult
-from perflint.engine import BUG_HINT, TREES, LintOptions
+from perflint.engine import BUG_HINT, LintOptions
+from perflint.runcontext import current, current_trees
 
 
 @dataclass
@@ -25,7 +26,7 @@ class Job:
     unsafe: bool = False
     raw: bytes | None = None
     fixable: frozenset[str] | None = None
-    # Cross-module analysis: the project root whose index (`PROJECTS`) answers this file's
+    # Cross-module analysis: the project root whose index (the run context's `projects`) answers this file's
     # questions, and whether to return the file's module summary.
     root: str | None = None
     summarise: bool = False
@@ -35,16 +36,15 @@ class Job:
     keep: str = ""
 
 
-# Project indexes by root, set before the worker processes are forked (they inherit them).
-PROJECTS: dict = {}
-
-
 def _view(job: Job):
+    """The job's window on its project: the run's index of that root (`runcontext`), or
+    none yet (a first pass)."""
     if job.root is None:
         return None
     from perflint.analysis.project import ProjectView
 
-    return ProjectView(PROJECTS.get(job.root), job.path, job.root)
+    ctx = current()
+    return ProjectView(ctx.projects.get(job.root) if ctx is not None else None, job.path, job.root)
 
 
 def _fixable_pred(job: Job):
@@ -55,12 +55,13 @@ def _fixable_pred(job: Job):
 
 
 def run_job(job: Job) -> FileResult:
-    """One job; a first pass (`job.keep`) keeps its tree in `TREES` when a second pass may
+    """One job; a first pass (`job.keep`) keeps its tree (the run context's `trees`) when a second pass may
     need it: a fix run fixes every file, a check re-checks only files that asked the project
     something (`result.kept` says whether it was kept)."""
     result = _run_job(job)
-    if TREES.budget:
-        result.kept = TREES.end_job(job.path, not result.errors and (
+    trees = current_trees()
+    if trees is not None and trees.budget:
+        result.kept = trees.end_job(job.path, not result.errors and (
             job.keep == "always" or (job.keep == "asked" and bool(result.questions))))
     return result
 
@@ -97,16 +98,6 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def _worker_init() -> None:
-    # A parse allocates millions of small objects and frees them by reference counting;
-    # the cyclic collector only slows that down.  Objects inherited from the parent are
-    # frozen out of its reach.
-    import gc
-
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 50)
-
-
 def run_jobs(
     jobs: list[Job],
     workers: int,
@@ -123,8 +114,6 @@ def run_jobs(
     are forked) and returns the per-result callback.  A worker that dies (a crash in native
     code, the out-of-memory killer) costs only the file it was working on.
     """
-    from perflint.pool import Pool
-
     if jobs:
         preload()
     if pool is not None and jobs and (pool.started or len(jobs) >= 8):
@@ -140,7 +129,9 @@ def run_jobs(
             if progress:
                 progress(r)
         return results
-    with Pool(min(workers, len(jobs))) as own:
+    from perflint.pool import Pool
+
+    with Pool(min(workers, len(jobs)), run_job) as own:
         out = own.run(jobs, progress, on_start)
     return _retry_lost(jobs, out, progress)
 
@@ -151,7 +142,7 @@ def _retry_lost(jobs: list[Job], out: list[FileResult | None], progress) -> list
     from perflint.pool import Pool
 
     for i in [i for i, r in enumerate(out) if r is None]:
-        with Pool(1) as alone:
+        with Pool(1, run_job) as alone:
             out[i] = alone.run([jobs[i]])[0]
         if out[i] is None:
             out[i] = FileResult(path=jobs[i].path, errors=[FileError(

@@ -3,13 +3,13 @@
 A project run passes over files twice: every file first on its own (phase 1), then again
 the few whose questions to the project got answers (phase 2).  `concurrent.futures` gives
 each job to whichever worker is free, so the second pass parses again.  Here each worker
-keeps the trees of its first pass (`engine.TREES`, within a budget), and a second-pass job
+keeps the trees of its first pass (its `runcontext.RunContext`, within a budget), and a second-pass job
 goes to the worker that holds its tree; a worker with nothing of its own to do takes shared
 jobs, then another worker's queued ones (parsing them again rather than waiting).
 
 A worker that dies (a crash in native code, the out-of-memory killer) costs only the job it
 was running: its result stays None for the caller to retry, its queued jobs go to the
-others.  Project indexes (`jobs.PROJECTS`) are sent to every worker when they change.
+others.  The run's project indexes are sent to every worker when they change.
 """
 
 from __future__ import annotations
@@ -25,44 +25,61 @@ from perflint.diagnostics import ErrorKind, FileError, FileResult
 TREE_BUDGET = 32 << 20
 
 
-def _worker(conn, budget: int) -> None:
+def _worker_init() -> None:
+    # A parse allocates millions of small objects and frees them by reference counting;
+    # the cyclic collector only slows that down.  Objects inherited from the parent are
+    # frozen out of its reach.
+    import gc
+
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 50)
+
+
+def _worker(conn, budget: int, run_job) -> None:
     import signal
 
-    from perflint import engine, jobs
+    from perflint.runcontext import RunContext, running
 
     # Ctrl-C is the parent's to handle: it stops the workers (see `Pool.close`).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    jobs._worker_init()
-    engine.TREES.enable(budget)
+    _worker_init()
+    ctx = RunContext()
+    ctx.trees.enable(budget)
     try:
-        _serve(conn, jobs)
+        with running(ctx):
+            _serve(conn, run_job, ctx)
     except (EOFError, OSError):
         return  # the parent is gone
 
 
-def _serve(conn, jobs) -> None:
+def _serve(conn, run_job, ctx) -> None:
+    from perflint.engine import BUG_HINT
+
     while True:
         msg = conn.recv()
         if msg[0] == "stop":
             return
         if msg[0] == "projects":
-            jobs.PROJECTS.clear()
-            jobs.PROJECTS.update(msg[1])
+            ctx.projects.clear()
+            ctx.projects.update(msg[1])
             continue
         _, i, job = msg
-        r = jobs.run_job(job)
+        r = run_job(job)
         try:
             conn.send((i, r))
         except Exception as exc:  # noqa: BLE001 - a result that cannot be pickled
             conn.send((i, FileResult(path=job.path, errors=[
-                FileError(job.path, ErrorKind.INTERNAL, f"worker failed: {exc}; {jobs.BUG_HINT}")])))
+                FileError(job.path, ErrorKind.INTERNAL, f"worker failed: {exc}; {BUG_HINT}")])))
 
 
 class Pool:
-    """`workers` processes, forked on the first `run` that needs them."""
+    """`workers` processes, forked on the first `run` that needs them, each running jobs
+    with `run_job(job)` (`jobs.run_job`; a module-level function, so that spawned workers
+    can be handed it)."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, run_job) -> None:
         self.workers = workers
+        self.run_job = run_job
         self.procs: list = []
         self.conns: list = []
         self.alive: list[bool] = []
@@ -81,7 +98,7 @@ class Pool:
         budget = TREE_BUDGET // self.workers
         for _ in range(self.workers):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(child, budget), daemon=True)
+            p = ctx.Process(target=_worker, args=(child, budget, self.run_job), daemon=True)
             p.start()
             child.close()
             self.procs.append(p)
@@ -89,13 +106,15 @@ class Pool:
             self.alive.append(True)
 
     def _send_projects(self) -> None:
-        from perflint import jobs
+        from perflint.runcontext import current
 
-        now = {root: id(index) for root, index in jobs.PROJECTS.items()}
+        ctx = current()
+        projects = dict(ctx.projects) if ctx is not None else {}
+        now = {root: id(index) for root, index in projects.items()}
         if now == self._sent:
             return
         self._sent = now
-        payload = ("projects", dict(jobs.PROJECTS))
+        payload = ("projects", projects)
         for w, conn in enumerate(self.conns):
             if self.alive[w]:
                 try:

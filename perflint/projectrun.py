@@ -224,12 +224,11 @@ class ProjectPhase:
     def __init__(self, keys: list[str], raws: dict[str, bytes], shas: dict[str, str], given: list[str],
                  use_cache: bool, options_of: dict) -> None:
         from perflint.cache import cache_dir
-        from perflint.jobs import PROJECTS
 
         # The first lints (phase 1) run without a project: an index left from an earlier run
-        # in this process would answer their questions from stale summaries, and a stale
-        # answer that no longer holds would never be re-asked.
-        PROJECTS.clear()
+        # would answer their questions from stale summaries, and a stale answer that no
+        # longer holds would never be re-asked.
+        self._projects().clear()
         self.keys = keys
         self.raws = raws
         self.shas = shas
@@ -300,7 +299,7 @@ class ProjectPhase:
         """Summarise what the checked files need, then build each root's index."""
         from perflint.cache import digest
         from perflint.engine import LintOptions
-        from perflint.jobs import PROJECTS, Job, run_jobs
+        from perflint.jobs import Job, run_jobs
 
         for root in sorted(self.summaries):
             all_files = set(project_paths(root))
@@ -350,8 +349,17 @@ class ProjectPhase:
                 for r in run_jobs(jobs, workers, pool=pool):
                     self.take(r)
             self.indexes[root] = ProjectIndex(Path(root), self.summaries[root], all_files)
-        PROJECTS.clear()
-        PROJECTS.update(self.indexes)
+        projects = self._projects()
+        projects.clear()
+        projects.update(self.indexes)
+
+    @staticmethod
+    def _projects() -> dict:
+        """The project indexes of the run this is part of (none outside a run: a scratch dict)."""
+        from perflint.runcontext import current
+
+        ctx = current()
+        return ctx.projects if ctx is not None else {}
 
     def relevant(self, key: str, questions: list[str], answers: str | None = None) -> bool:
         """Whether a question the file's first analysis asked now has an answer — or, where

@@ -18,7 +18,7 @@ from perflint.config import Resolver, Settings
 from perflint.diagnostics import ErrorKind, FileError, FileResult
 from perflint.discovery import discover
 from perflint.engine import LintOptions
-from perflint.jobs import Job, default_workers, run_jobs
+from perflint.jobs import Job, default_workers, run_job, run_jobs
 from perflint.projectrun import ProjectPhase
 from perflint.options import options_for
 from perflint.selection import fixable_codes, write_snapshot
@@ -112,18 +112,19 @@ def run(
         started["done"] = True
         return lambda: progress(n)
 
-    from perflint import engine
     from perflint.pool import TREE_BUDGET, Pool
+    from perflint.runcontext import RunContext, running
 
-    pool = Pool(workers) if workers > 1 else None
-    engine.TREES.enable(TREE_BUDGET)
+    pool = Pool(workers, run_job) if workers > 1 else None
+    ctx = RunContext()
+    ctx.trees.enable(TREE_BUDGET)
     try:
-        return _run_phases(outcome, f, paths, use_cache=use_cache, fix=fix, diff=diff, stdin=stdin is not None,
-                           workers=workers, on_start_for=on_start_for, pool=pool)
+        with running(ctx):
+            return _run_phases(outcome, f, paths, use_cache=use_cache, fix=fix, diff=diff, stdin=stdin is not None,
+                               workers=workers, on_start_for=on_start_for, pool=pool)
     except KeyboardInterrupt:
         raise Interrupted(outcome.written) from None
     finally:
-        engine.TREES.clear()
         if pool is not None:
             pool.close()
 

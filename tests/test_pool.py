@@ -1,5 +1,5 @@
 """A project run passes over a file twice at most (alone, then with the project's answers);
-the process that parsed a file keeps its tree for the second pass (`engine.TREES`), and the
+the process that parsed a file keeps its tree for the second pass (its `runcontext.RunContext`), and the
 worker pool (`perflint.pool`) sends the second pass to the worker that holds the tree."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pytest
 from fixture_support import FIXTURES
 from perflint import engine, runner
 from perflint.config import Resolver
-from perflint.engine import LintOptions, TreeStore
-from perflint.jobs import Job
+from perflint.engine import LintOptions
+from perflint.runcontext import RunContext, TreeStore, current, running
+from perflint.jobs import Job, run_job
 from perflint.pool import Pool, can_fork
 
 PROJECTS = FIXTURES / "projects"
@@ -70,9 +71,9 @@ def test_a_project_run_parses_a_file_it_checks_twice_only_once(counted, jobs, mo
         assert len(parsed) == len(set(analysed))
     else:
         assert len(parsed) < len(analysed)
-    assert not engine.TREES.trees  # nothing is kept after the run
+    assert current() is None  # the run's context (and the trees it kept) ended with the run
     # The same findings either way, and the same as without keeping trees.
-    monkeypatch.setattr(engine.TreeStore, "end_job", lambda self, path, keep: False)
+    monkeypatch.setattr(TreeStore, "end_job", lambda self, path, keep: False)
     assert _findings(runner.run(["."], Resolver(), use_cache=False, jobs=1)) == _findings(outcome)
 
 
@@ -88,7 +89,7 @@ def test_the_second_pass_over_a_file_goes_to_the_worker_that_parsed_it(counted, 
     def jobs(paths, keep):
         return [Job(path=str(p), options=options, raw=p.read_bytes(), keep=keep) for p in paths]
 
-    with Pool(2) as pool:
+    with Pool(2, run_job) as pool:
         first = pool.run(jobs(files, "always"))
         assert all(r is not None and r.kept for r in first)
         assert set(pool.owner) == {str(p) for p in files}
@@ -130,3 +131,16 @@ def test_where_there_is_no_fork_the_same_pool_spawns_its_workers(monkeypatch):
     spawned = runner.run(["."], Resolver(), use_cache=False, jobs=2)
     assert spawned.results and not any(r.errors for r in spawned.results)
     assert _findings(spawned) == _findings(runner.run(["."], Resolver(), use_cache=False, jobs=1))
+
+
+def test_trees_are_kept_only_inside_a_run_and_dropped_with_it(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("import torch\nfor step in range(2):\n    x = torch.zeros(3).cuda()\n")
+    job = Job(path=str(p), options=LintOptions(codes=("PF409",)), raw=p.read_bytes(), keep="always")
+    assert not run_job(job).kept  # outside a run (a program calling the API): nothing is kept
+    ctx = RunContext()
+    ctx.trees.enable(1 << 20)
+    with running(ctx):
+        assert current() is ctx
+        assert run_job(job).kept and str(p) in ctx.trees.trees
+    assert current() is None and ctx.trees.trees == {}
