@@ -1,5 +1,6 @@
 """A module's summary: what one file offers the other files of its project (see
-`analysis.project`), computed once from the file's own facts and kept as plain JSON.
+`analysis.project`), computed once from the file's own facts and kept as plain JSON (its
+shape, key by key: `analysis.summary_types`).
 
 * `imports` / `relative` / `stars`: the file's import table (library roots left out);
 * `classes`: each top-level class — its bases (as references), whether it is a model, a loss
@@ -28,6 +29,7 @@ import libcst as cst
 
 from perflint.analysis.callers import PARAM_KINDS
 from perflint.analysis.project import RESULT_KINDS
+from perflint.analysis.summary_types import CallRecord, ClassInfo, FunctionInfo, ModuleSummary, Signature
 from perflint.analysis.devices import _device_string_kinds
 from perflint.analysis.syntax import NOT_LITERAL, call_name, get_arg, has_splat, literal_value
 from perflint.analysis.vocab import DATALOADER, _OPTION_ROOTS
@@ -143,7 +145,7 @@ def _body_info(facts, container: cst.CSTNode) -> dict:
     return {"apis": sorted(apis), "uses": sorted(uses)}
 
 
-def _function_info(facts, fn: cst.FunctionDef) -> dict:
+def _function_info(facts, fn: cst.FunctionDef) -> FunctionInfo:
     returns: set[str] = set()
     ret_calls: set[str] = set()
     loader_options = None
@@ -176,7 +178,7 @@ def _function_info(facts, fn: cst.FunctionDef) -> dict:
     return info
 
 
-def _signature(fn: cst.FunctionDef) -> dict:
+def _signature(fn: cst.FunctionDef) -> Signature:
     """The parameters a call binds: positional names (with `self` for a method), keyword-only
     names, whether there is a `*args`, and the name of a `**kwargs`."""
     p = fn.params
@@ -224,7 +226,7 @@ _PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "torch.no_grad", "
                                "torch.enable_grad", "no_grad", "inference_mode"})
 
 
-def _class_info(facts, cls: cst.ClassDef) -> dict:
+def _class_info(facts, cls: cst.ClassDef) -> ClassInfo:
     name = cls.name.value
     kinds = []
     if name in facts.loss_classes:
@@ -335,7 +337,7 @@ def _constants(facts) -> dict:
     return out
 
 
-def _calls(facts, lines) -> list[dict]:
+def _calls(facts, lines) -> list[CallRecord]:
     out = []
     for call in facts.calls():
         ref = reference(facts, call.func)
@@ -726,7 +728,7 @@ def _dunder_all(facts) -> list[str] | None:
     return None
 
 
-def summarise(facts, lines) -> dict:
+def summarise(facts, lines) -> ModuleSummary:
     """The summary of the file behind `facts`; `lines(node)` gives a node's 1-based line."""
     imports = facts.imports
     summary = {
