@@ -98,6 +98,13 @@ class Cache:
 
 
 def cache_dir() -> Path:
-    """`$PERFLINT_CACHE_DIR`, else `.perflint_cache` in the current folder."""
+    """`$PERFLINT_CACHE_DIR`, else `.perflint_cache` in the project root of the current folder
+    (the nearest folder at or above it with a `pyproject.toml`, `setup.py`, `setup.cfg` or
+    `.git`; the current folder when there is none): a run from a sub-folder shares the
+    project's cache."""
     env = os.environ.get("PERFLINT_CACHE_DIR")
-    return Path(env) if env else Path.cwd() / ".perflint_cache"
+    if env:
+        return Path(env)
+    from perflint.analysis.project import find_root
+
+    return find_root(Path.cwd()) / ".perflint_cache"

@@ -214,6 +214,18 @@ def test_cache_dir_from_the_environment(proj, tmp_path_factory):
     assert (elsewhere / "cache.sqlite3").is_file()
 
 
+
+def test_a_run_from_a_sub_folder_uses_the_project_roots_cache(proj, analysed, monkeypatch):
+    write(proj, {"sub/d.py": AMP})
+    run("check", "-j1")
+    assert (proj / ".perflint_cache" / "cache.sqlite3").is_file()
+    analysed.clear()
+    monkeypatch.chdir(proj / "sub")
+    r = run("check", "-j1", "d.py", "--output-format", "concise")
+    assert "d.py:3:10: PF402" in r.stdout
+    assert analysed == []  # answered from the cache the run at the root filled
+    assert not (proj / "sub" / ".perflint_cache").exists()
+
 def test_fix_skips_files_the_cache_knows_are_clean_and_check_after_fix_hits(proj, analysed):
     run("check", "-j1")
     analysed.clear()
