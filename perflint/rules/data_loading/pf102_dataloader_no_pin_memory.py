@@ -100,7 +100,9 @@ class DataLoaderNoPinMemory(Rule):
     to the device, or the dataset's tensors are created with a `device=` that may be a GPU
     (`torch.randn(n, d, device=device)`): there is no host-to-device copy to speed up. Not
     reported either for a loader read once or rarely (one batch, a final test after
-    training, a sample every N steps; see PF101).
+    training, a sample every N steps; see PF101), nor for the loader of one arm of an `if` on
+    the number of workers whose other arm pins (`if num_workers > 0: DataLoader(...,
+    pin_memory=True) else: DataLoader(...)`: the author pins only where workers load).
 
     ## References
     - PyTorch tutorial "A guide on good usage of non_blocking and pin_memory() in PyTorch"
@@ -128,6 +130,8 @@ class DataLoaderNoPinMemory(Rule):
                 continue  # one batch, a final test, a sample every N steps; token-id or index batches
             if _batches_never_copied(facts, call):
                 continue  # an evaluation loop that hands the batch on as is (to numpy, per slice)
+            if _unpinned_branch(facts, call):
+                continue  # `if num_workers > 0: DataLoader(..., pin_memory=True) else: DataLoader(...)`
             new = add_arg(call, make_kwarg("pin_memory", "True"))
             plan_msg = "Add `pin_memory=True`"
             if collate == "cpu" and dataset == "cpu" and not has_splat(call):
@@ -140,3 +144,20 @@ class DataLoaderNoPinMemory(Rule):
                 "pageable memory, which blocks; pass `pin_memory=True` and copy with `non_blocking=True`",
                 fix,
             )
+
+
+def _unpinned_branch(facts: Facts, call: cst.Call) -> bool:
+    """`call` sits in one arm of an `if` on the number of workers whose other arm builds a
+    DataLoader with `pin_memory`: the author pins only where workers load the batches."""
+    for node in facts.ancestors(call):
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+            return False
+        if not isinstance(node, cst.If) or "worker" not in facts.module.code_for_node(node.test):
+            continue
+        in_body = facts.is_inside(call, node.body)
+        other = node.orelse if in_body else node.body
+        if other is None:
+            return False
+        return any(q is not call and "pin_memory" in (loader_options(facts, q) or {})
+                   for q in dataloaders(facts) if facts.is_inside(q, other))
+    return False

@@ -21,6 +21,7 @@ from perflint.rules.data_loading.helpers import (
     loader_options,
     read_cheaply,
 )
+from perflint.rules.host_sync.helpers import waits_at_once
 
 
 def _target_device(facts: Facts, call: cst.Call) -> str | None:
@@ -171,7 +172,10 @@ class BlockingHostToDeviceCopy(Rule):
     device (the copy is a no-op), nor of a loader read once after training (a final test),
     nor in the evaluation loop of a file that does not train when that loop runs once (a
     prediction script's `main`); an evaluation function nothing in the file calls is still
-    reported (a training script elsewhere may call it every epoch).
+    reported (a training script elsewhere may call it every epoch). Not for a copy the step
+    reads back at once: the very next thing the iteration runs waits for the GPU
+    (`lengths = lengths.to(device)` then `int(lengths.max())`), so an asynchronous copy would
+    overlap with nothing.
 
     ## References
     - PyTorch tutorial "A guide on good usage of non_blocking and pin_memory() in PyTorch"
@@ -216,6 +220,8 @@ class BlockingHostToDeviceCopy(Rule):
                 continue  # the batch is on the device already, or the loader is read once or rarely
             if _maybe_project_object(facts, name, loaders):
                 continue  # the batch may be a project class whose `.cuda()`/`.to()` takes no `non_blocking`
+            if waits_at_once(facts, ctx.node, call):
+                continue  # the step reads back from the GPU before any work: nothing to overlap the copy with
             new = add_arg(call, make_kwarg("non_blocking", "True"))
             pinned = bool(loaders) and all(
                 literal_value((loader_arg(l, "pin_memory") or cst.Arg(cst.Name("False"))).value) is True

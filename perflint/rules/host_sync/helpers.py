@@ -185,7 +185,45 @@ def item_sync(facts: Facts, call: cst.CSTNode) -> bool:
     while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) \
             and call_name(recv) in ("cpu", "detach", "float", "double") and not recv.args:
         recv = recv.func.value
-    return not (_host_value(facts, recv) or isinstance(recv, (cst.Integer, cst.Float)))
+    return not (_host_value(facts, recv) or isinstance(recv, (cst.Integer, cst.Float)) or _cpu_factory(facts, recv)
+                or _of_data_sized(facts, recv))
+
+
+def _of_data_sized(facts: Facts, expr: cst.BaseExpression) -> bool:
+    """An element of what `.nonzero()`, `torch.unique(...)`, one-argument `torch.where` …
+    returned (`idx = mask.nonzero(); idx[k].item()`): sizing that output already waited for
+    the values, so reading one costs nothing more."""
+    while isinstance(expr, cst.Subscript):
+        expr = expr.value
+    if isinstance(expr, cst.Name):
+        bs = facts.lookup(expr.value, expr)
+        if len(bs) != 1 or bs[0].how != "expr":
+            return False
+        expr = bs[0].node
+    while isinstance(expr, cst.Subscript):
+        expr = expr.value
+    if not isinstance(expr, cst.Call):
+        return False
+    name = call_name(expr)
+    return name in _DATA_SIZED or (name == "where" and len(expr.args) == 1
+                                   and (facts.qualname(expr.func) or "").startswith("torch."))
+
+
+_FACTORIES = {"randn", "rand", "randint", "randperm", "zeros", "ones", "full", "empty", "arange", "linspace",
+              "tensor", "normal", "eye"}
+
+
+def _cpu_factory(facts: Facts, expr: cst.BaseExpression) -> bool:
+    """`torch.randn(1).clip(-2, 2)`: a tensor a torch factory made with no `device=` (so on the
+    CPU, unless the file changes the default device), through methods of it."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not facts.qualname(expr.func):
+        expr = expr.func.value
+    if not isinstance(expr, cst.Call):
+        return False
+    q = facts.qualname(expr.func) or ""
+    if not (q.startswith("torch.") and q.count(".") == 1 and q[6:] in _FACTORIES) or get_arg(expr, "device") is not None:
+        return False
+    return not facts.calls_to("torch.set_default_device") and not facts.calls_to("torch.set_default_tensor_type")
 
 
 def call_sync(facts: Facts, call: cst.Call) -> tuple[str, str] | None:
@@ -286,26 +324,95 @@ def _sync_points(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
     return points
 
 
-def _unseen_reads(facts: Facts, region: cst.CSTNode) -> list[cst.Call]:
-    """Host copies (`.cpu()`, `.numpy()`, `.tolist()`) in one iteration of `region` of values
-    whose kind is unknown but that a call computed from a device tensor (`tp = metric(out,
-    y)`; `tp.cpu()`): not reported (the value may be on the host), but when it is on the
-    device the iteration waits there, and a read of the same wait costs nothing more."""
+def _unseen_reads(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
+    """Waits in one iteration of `region` that no rule reports, but that make a read of the
+    same wait cost nothing more:
+
+    * host copies (`.cpu()`, `.numpy()`, `.tolist()`) of values whose kind is unknown but that
+      a call computed from a device tensor (`tp = metric(out, y)`; `tp.cpu()`);
+    * TensorBoard's `add_scalar`/`add_scalars`/`add_histogram` of a value that may be on the
+      device (it is converted with `.cpu()`);
+    * ops whose output size depends on the data: `.nonzero()`, `torch.nonzero`,
+      `torch.argwhere`, `masked_select`, `torch.unique`, one-argument `torch.where`;
+    * an `if`/`while` test on a name or `self.` attribute the iteration accumulates from a
+      device tensor (`self.tokens += (y >= 0).sum()` … `if self.tokens < warmup:`)."""
     memo = facts.__dict__.setdefault("_unseen_reads_memo", {})
     if region in memo:
         return memo[region]
-    out = memo[region] = []
+    out: list[cst.CSTNode] = []
+    memo[region] = out
+    accumulated = None
     for call in facts.calls_within(region):
-        if call_name(call) not in ("cpu", "numpy", "tolist") or call.args or not isinstance(call.func, cst.Attribute):
-            continue
         ctx = facts.iteration_context(call)
         if ctx is None or ctx.node is not region or call_sync(facts, call) is not None or item_sync(facts, call):
+            continue
+        if _logs_device_value(facts, call) or _sized_by_data(facts, call):
+            out.append(call)
+            continue
+        if call_name(call) not in ("cpu", "numpy", "tolist") or call.args or not isinstance(call.func, cst.Attribute):
             continue
         recv = call.func.value
         while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and call_name(recv) in ("detach", "cpu"):
             recv = recv.func.value
         if not facts.kinds(recv) and _computed_from_device(facts, recv, 0):
             out.append(call)
+    for cls in (cst.If, cst.While):
+        for node in facts.nodes_within(region, cls):
+            ctx = facts.iteration_context(node)
+            if ctx is None or ctx.node is not region or condition_sync(facts, node):
+                continue
+            if accumulated is None:
+                accumulated = _accumulated_on_device(facts, region)
+            if accumulated and any(dotted(n) in accumulated for n in iter_nodes(node.test)
+                                   if isinstance(n, (cst.Name, cst.Attribute))):
+                out.append(node)
+    if len(out) > 1:
+        out.sort(key=lambda n: facts.order.get(n, 0))
+    return out
+
+
+def _logs_device_value(facts: Facts, call: cst.Call) -> bool:
+    """A TensorBoard writer's `add_scalar`/`add_scalars`/`add_histogram` of a value that may be
+    on the device (not a number, numpy or a CPU tensor)."""
+    name = call_name(call)
+    if name not in ("add_scalar", "add_scalars", "add_histogram") or not isinstance(call.func, cst.Attribute) \
+            or not _writer(facts, call.func.value):
+        return False
+    value = get_arg(call, {"add_scalar": "scalar_value", "add_scalars": "tag_scalar_dict"}.get(name, "values"), 1)
+    if value is None or any(call_name(c) in _SYNC_METHODS for c in inner_chain(value.value)):
+        return False
+    return _maybe_on_device(facts, value.value)
+
+
+def _maybe_on_device(facts: Facts, expr: cst.BaseExpression) -> bool:
+    """A device tensor, or a value of unknown kind that a call computed from one."""
+    return _device_tensor(facts, expr) or (not facts.kinds(expr) and _computed_from_device(facts, expr, 0))
+
+
+_DATA_SIZED = {"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"}
+
+
+def _sized_by_data(facts: Facts, call: cst.Call) -> bool:
+    """An op whose output size depends on the values (the host waits for them to size it):
+    `.nonzero()`, `torch.unique(x)`, `torch.where(cond)` with one argument …, of a value that
+    may be on the device."""
+    name = call_name(call)
+    q = facts.qualname(call.func) or ""
+    if q.startswith("torch.") and (name in _DATA_SIZED or (name == "where" and len(call.args) == 1)):
+        return bool(call.args) and _maybe_on_device(facts, call.args[0].value)
+    if isinstance(call.func, cst.Attribute) and name in _DATA_SIZED and not q.startswith(("numpy.", "np.")):
+        return _maybe_on_device(facts, call.func.value)
+    return False
+
+
+def _accumulated_on_device(facts: Facts, region: cst.CSTNode) -> set[str]:
+    """Names and `self.` attributes that `region`'s iterations accumulate from a device tensor
+    (`self.tokens += (y >= 0).sum()`)."""
+    out = set()
+    for node in facts.nodes_within(region, cst.AugAssign):
+        text = dotted(node.target)
+        if text is not None and _device_tensor(facts, node.value):
+            out.add(text)
     return out
 
 
@@ -322,10 +429,24 @@ def _computed_from_device(facts: Facts, expr: cst.BaseExpression, depth: int) ->
     for b in bindings:
         if b.how not in ("expr", "unpack") or not isinstance(b.node, cst.Call):
             return False
-        if not any(_device_tensor(facts, a.value) or _computed_from_device(facts, a.value, depth + 1)
-                   for a in b.node.args):
+        if not any(_device_tensor(facts, a.value) or _unpacked_device(facts, a.value)
+                   or _computed_from_device(facts, a.value, depth + 1) for a in b.node.args):
             return False
     return True
+
+
+def _unpacked_device(facts: Facts, expr: cst.BaseExpression) -> bool:
+    """A name bound by unpacking a tuple written out, whose element is a device tensor:
+    `x, lengths = batch["x"].cuda(), batch["len"].cuda()`."""
+    if not isinstance(expr, cst.Name):
+        return False
+    bs = facts.lookup(expr.value, expr)
+    if len(bs) != 1 or bs[0].how != "unpack" or len(bs[0].index) != 1 or not isinstance(bs[0].node, (cst.Tuple, cst.List)):
+        return False
+    elements = bs[0].node.elements
+    i = bs[0].index[0]
+    return 0 <= i < len(elements) and not isinstance(elements[i], cst.StarredElement) \
+        and _device_tensor(facts, elements[i].value)
 
 
 def _callee_waits(facts: Facts, call: cst.Call, region: cst.CSTNode) -> bool:
@@ -427,9 +548,9 @@ def _value_decides_exit(facts: Facts, cur: cst.CSTNode, parent: cst.CSTNode | No
 def _forced(facts: Facts, point: cst.CSTNode, region: cst.CSTNode) -> bool:
     if decides_exit(facts, point):
         return True  # the loop's stopping test needs the value
+    if point in _unseen_reads(facts, region):
+        return True  # the iteration waits there anyway
     if isinstance(point, cst.Call):
-        if point in _unseen_reads(facts, region):
-            return True  # the iteration reads that value back anyway
         got = call_sync(facts, point)
         if got is not None and got[0] == "forced":
             return True
@@ -541,6 +662,31 @@ def _heavy_call(facts: Facts, call: cst.Call, depth: int) -> bool:
             if any(_heavy_call(facts, c, depth + 1) for c in facts.calls_within(fn)):
                 return True
     return False
+
+
+def waits_at_once(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """Whether the iteration of `region` waits for the GPU right after `node` (a copy to the
+    device): its next wait in source order (a read, or a call that reads inside, such as a
+    `sequence_mask(lengths)` helper doing `int(lengths.max())`) comes before any real GPU
+    work (a model call, backward, an optimizer step).  A copy that is waited for at once
+    overlaps with nothing, made asynchronous or not."""
+    for a in facts.ancestors(node):
+        if isinstance(a, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            break
+        if isinstance(a, cst.Call) and _heavy_call(facts, a, 0):
+            return False  # `model(x.to(device))`: the model's work is queued right after the copy
+    start = (facts._range(node) or (facts.order.get(node, 0),) * 2)[1]
+    points = [p for p in [*_sync_points(facts, region), *_unseen_reads(facts, region)]
+              if facts.order.get(p, 0) > start and not exclusive(facts, node, p)]
+    if not points:
+        return False
+    first = min(points, key=lambda p: facts.order.get(p, 0))
+    if _optional(facts, first, region) or _gpu_work_between(facts, region, node, first):
+        return False
+    # Nothing else runs in between: a call of unknown kind there (`model(batch.x)` on a model
+    # handed in by name only) may queue the work the copy would overlap with.
+    lo, hi = start, facts.order.get(first, 0)
+    return not any(lo < facts.order.get(c, 0) < hi for c in facts.calls_within(region))
 
 
 def later_syncs(facts: Facts, region: cst.CSTNode, first: cst.CSTNode) -> list:

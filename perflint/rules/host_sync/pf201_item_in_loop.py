@@ -283,7 +283,10 @@ class ItemInLoop(Rule):
     it is reported once, at its first read (or the first that runs every time), the others
     listed in its `why`; not at all when the iteration waits anyway (a timing
     `synchronize()`, a host copy a CPU metric or a file needs, a helper or model that reads
-    back itself). Strict review of whole public repositories (issue 21; 56 repositories, three
+    back itself, TensorBoard's `add_scalar` of a value computed from device tensors, an op
+    whose output size depends on the data: `.nonzero()`, `torch.unique`, one-argument
+    `torch.where`). Not reported for an element of what such an op returned (sizing it
+    already waited), nor for a tensor a torch factory made without `device=` (on the CPU). Strict review of whole public repositories (issue 21; 56 repositories, three
     review sheets): 101 right of 127 reviewed findings still reported (0.80), up from 104 of
     196 (0.53); 14 of the 26 false alarms are reads that size host work, whose message now
     says to take the value from the CPU batch (the fix the review asked for).
