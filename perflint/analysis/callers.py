@@ -114,6 +114,24 @@ class CallerFacts:
                 return True
         return False
 
+    def called_only_outside_training(self, where: tuple[str, str], depth: int = 0) -> bool:
+        """Whether the project shows every call of `where` (see `_sites`) and none runs in a
+        file that trains, directly or through the functions that call it (each of which
+        must show all its callers too): an evaluation helper only an evaluation script uses."""
+        if self.summaries.get(where[0], {}).get("trains"):
+            return False
+        sites = self._sites(where)
+        if not sites:
+            return False
+        for caller, c in sites:
+            if self.summaries[caller].get("trains"):
+                return False
+            host = c.get("in")
+            if host is not None and (caller, host) != where and (
+                    depth >= MAX_DEPTH or not self.called_only_outside_training((caller, host), depth + 1)):
+                return False
+        return True
+
     def _sites(self, where: tuple[str, str]) -> list | None:
         """Every call site of a top-level function, or None when some caller is unknown: the
         function is never called in the project (a public API, a script's entry point), is

@@ -331,6 +331,10 @@ class ProjectIndex:
         """See `CallerFacts.called_from_training`."""
         return self.callers.called_from_training(where)
 
+    def called_only_outside_training(self, where: tuple[str, str]) -> bool:
+        """See `CallerFacts.called_only_outside_training`."""
+        return self.callers.called_only_outside_training(where)
+
     def param_kinds(self, where: tuple[str, str], index: int, name: str) -> frozenset[str]:
         """See `CallerFacts.param_kinds`."""
         return self.callers.param_kinds(where, index, name)
@@ -478,6 +482,11 @@ class ProjectView:
     def kwargs_of(self, symbol: str) -> dict | None:
         return self._ask(("kwargs", symbol), lambda: self.index.kwargs_of((self.path, symbol)))  # type: ignore[union-attr]
 
+    def called_only_outside_training(self, symbol: str) -> bool:
+        """See `CallerFacts.called_only_outside_training`."""
+        return bool(self._ask(("outside", symbol),
+                              lambda: self.index.called_only_outside_training((self.path, symbol)) or None))  # type: ignore[union-attr]
+
     def called_without_grad(self, symbol: str) -> bool:
         """See `CallerFacts.called_without_grad`."""
         return bool(self._ask(("nogradc", symbol),
@@ -538,7 +547,7 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "rcuda": view.receives_cuda, "kwargs": view.kwargs_of, "stars": view.star_aliases,
                   "pmeth": view.param_method_kinds, "imeth": view.inherited_method_kinds,
                   "narrow": view.narrow_copy_method, "nogradc": view.called_without_grad,
-                  "cfgfile": view.config_data}.get(kind)
+                  "cfgfile": view.config_data, "outside": view.called_only_outside_training}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

@@ -430,6 +430,9 @@ def runs_once(facts: Facts, scope: cst.CSTNode, depth: int = 0) -> bool:
     if facts.project is not None and facts.parent(scope) is facts.module and not file_trains(facts) \
             and facts.project.called_from_training(name):
         return False  # a training script elsewhere calls it (an evaluation every epoch)
+    if facts.project is not None and facts.parent(scope) is facts.module and not file_trains(facts) \
+            and facts.project.called_only_outside_training(name):
+        return True  # every caller in the project is code that does not train (an evaluation script)
     calls = facts.calls_named(name)
     if not calls:
         return name in ("main", "run", "_main")

@@ -100,7 +100,8 @@ class DataLoaderNoPinMemory(Rule):
     to the device, or the dataset's tensors are created with a `device=` that may be a GPU
     (`torch.randn(n, d, device=device)`): there is no host-to-device copy to speed up. Not
     reported either for a loader read once or rarely (one batch, a final test after
-    training, a sample every N steps; see PF101), nor for the loader of one arm of an `if` on
+    training, a sample every N steps, a function every caller of which in the project is
+    code that does not train; see PF101), nor for the loader of one arm of an `if` on
     the number of workers whose other arm pins (`if num_workers > 0: DataLoader(...,
     pin_memory=True) else: DataLoader(...)`: the author pins only where workers load).
 

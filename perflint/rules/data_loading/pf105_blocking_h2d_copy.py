@@ -172,7 +172,9 @@ class BlockingHostToDeviceCopy(Rule):
     device (the copy is a no-op), nor of a loader read once after training (a final test),
     nor in the evaluation loop of a file that does not train when that loop runs once (a
     prediction script's `main`); an evaluation function nothing in the file calls is still
-    reported (a training script elsewhere may call it every epoch). Not for a copy the step
+    reported (a training script elsewhere may call it every epoch), unless the project shows
+    every call of it and none runs in code that trains (an evaluation script's helper,
+    directly or through the functions that call it). Not for a copy the step
     reads back at once: the very next thing the iteration runs waits for the GPU
     (`lengths = lengths.to(device)` then `int(lengths.max())`), so an asynchronous copy would
     overlap with nothing.

@@ -11,6 +11,15 @@ import libcst as cst
 from perflint.analysis import Facts, call_name, get_arg, iter_nodes
 from perflint.analysis.loops import after_latch
 from perflint.names import dotted
+from perflint.rules.host_sync.values import (
+    computed_from_device,
+    cpu_factory,
+    device_tensor,
+    host_value,
+    maybe_on_device,
+    of_data_sized,
+    sized_by_data,
+)
 
 
 _SYNC_METHODS = {"item", "cpu", "numpy", "tolist"}
@@ -153,29 +162,6 @@ def _records_elapsed(facts: Facts, small: cst.BaseSmallStatement) -> bool:
     return any(isinstance(c, cst.Call) and facts.qualname(c.func) in _CLOCKS for c in iter_nodes(value))
 
 
-def _host_value(facts: Facts, expr: cst.BaseExpression) -> bool:
-    """A value known to live on the host already: numbers, numpy, CPU tensors."""
-    ks = facts.kinds(expr)
-    if not ks:
-        return False
-    if ks & {"number", "numpy", "int"} and not ks & {"tensor", "loss", "output"}:
-        return True
-    if "cpu_tensor" in ks and "device_tensor" not in ks:
-        return True
-    if "batch" in ks and "device_tensor" not in ks and not ks & {"loss", "output"}:
-        return True  # straight from the DataLoader: still on the CPU
-    return False
-
-
-def _device_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
-    """A tensor that is (or may be) on the accelerator: losses, model outputs, torch results
-    that are not known CPU tensors, batches after `.to(device)`."""
-    ks = facts.kinds(expr)
-    if _host_value(facts, expr):
-        return False
-    return bool(ks & {"loss", "output", "device_tensor"}) or ("tensor" in ks and "cpu_tensor" not in ks)
-
-
 def item_sync(facts: Facts, call: cst.CSTNode) -> bool:
     """`.item()` of a value that may be on the accelerator."""
     if not isinstance(call, cst.Call) or call_name(call) != "item" or call.args or not isinstance(call.func, cst.Attribute):
@@ -185,45 +171,8 @@ def item_sync(facts: Facts, call: cst.CSTNode) -> bool:
     while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) \
             and call_name(recv) in ("cpu", "detach", "float", "double") and not recv.args:
         recv = recv.func.value
-    return not (_host_value(facts, recv) or isinstance(recv, (cst.Integer, cst.Float)) or _cpu_factory(facts, recv)
-                or _of_data_sized(facts, recv))
-
-
-def _of_data_sized(facts: Facts, expr: cst.BaseExpression) -> bool:
-    """An element of what `.nonzero()`, `torch.unique(...)`, one-argument `torch.where` …
-    returned (`idx = mask.nonzero(); idx[k].item()`): sizing that output already waited for
-    the values, so reading one costs nothing more."""
-    while isinstance(expr, cst.Subscript):
-        expr = expr.value
-    if isinstance(expr, cst.Name):
-        bs = facts.lookup(expr.value, expr)
-        if len(bs) != 1 or bs[0].how != "expr":
-            return False
-        expr = bs[0].node
-    while isinstance(expr, cst.Subscript):
-        expr = expr.value
-    if not isinstance(expr, cst.Call):
-        return False
-    name = call_name(expr)
-    return name in _DATA_SIZED or (name == "where" and len(expr.args) == 1
-                                   and (facts.qualname(expr.func) or "").startswith("torch."))
-
-
-_FACTORIES = {"randn", "rand", "randint", "randperm", "zeros", "ones", "full", "empty", "arange", "linspace",
-              "tensor", "normal", "eye"}
-
-
-def _cpu_factory(facts: Facts, expr: cst.BaseExpression) -> bool:
-    """`torch.randn(1).clip(-2, 2)`: a tensor a torch factory made with no `device=` (so on the
-    CPU, unless the file changes the default device), through methods of it."""
-    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not facts.qualname(expr.func):
-        expr = expr.func.value
-    if not isinstance(expr, cst.Call):
-        return False
-    q = facts.qualname(expr.func) or ""
-    if not (q.startswith("torch.") and q.count(".") == 1 and q[6:] in _FACTORIES) or get_arg(expr, "device") is not None:
-        return False
-    return not facts.calls_to("torch.set_default_device") and not facts.calls_to("torch.set_default_tensor_type")
+    return not (host_value(facts, recv) or isinstance(recv, (cst.Integer, cst.Float)) or cpu_factory(facts, recv)
+                or of_data_sized(facts, recv))
 
 
 def call_sync(facts: Facts, call: cst.Call) -> tuple[str, str] | None:
@@ -245,7 +194,7 @@ def call_sync(facts: Facts, call: cst.Call) -> tuple[str, str] | None:
             return None  # reported at the first sync of the chain
         if any(call_name(c) == "item" for c in outer_chain(facts, call)):
             return None  # PF201 reports the chain
-        if not _device_tensor(facts, recv):
+        if not device_tensor(facts, recv):
             return None
         if name == "cpu" and facts.has_kind(recv, "model"):
             return None
@@ -255,12 +204,12 @@ def call_sync(facts: Facts, call: cst.Call) -> tuple[str, str] | None:
                           "GPU; collect on the device and copy once after the loop (or every N steps)")
     if isinstance(call.func, cst.Name) and name in ("float", "int", "bool") and q is None and len(call.args) == 1:
         arg = call.args[0].value
-        if _device_tensor(facts, arg) and not any(call_name(c) in _SYNC_METHODS for c in inner_chain(arg)):
+        if device_tensor(facts, arg) and not any(call_name(c) in _SYNC_METHODS for c in inner_chain(arg)):
             return "report", f"`{name}()` of a tensor on every iteration reads it back from the GPU; " + _ON_DEVICE_HINT
         return None
     if isinstance(call.func, cst.Attribute) and name in ("add_scalar", "add_histogram") and _writer(facts, call.func.value):
         value = get_arg(call, "scalar_value" if name == "add_scalar" else "values", 1)
-        if value is not None and _device_tensor(facts, value.value) \
+        if value is not None and device_tensor(facts, value.value) \
                 and not any(call_name(c) in _SYNC_METHODS for c in inner_chain(value.value)):
             return "report", (f"`{name}()` of a device tensor copies it to the host and waits for the GPU on every "
                               "iteration (TensorBoard converts it with `.cpu()`); log every N steps, or accumulate "
@@ -346,7 +295,7 @@ def _unseen_reads(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
         ctx = facts.iteration_context(call)
         if ctx is None or ctx.node is not region or call_sync(facts, call) is not None or item_sync(facts, call):
             continue
-        if _logs_device_value(facts, call) or _sized_by_data(facts, call):
+        if _logs_device_value(facts, call) or sized_by_data(facts, call):
             out.append(call)
             continue
         if call_name(call) not in ("cpu", "numpy", "tolist") or call.args or not isinstance(call.func, cst.Attribute):
@@ -354,7 +303,7 @@ def _unseen_reads(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
         recv = call.func.value
         while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and call_name(recv) in ("detach", "cpu"):
             recv = recv.func.value
-        if not facts.kinds(recv) and _computed_from_device(facts, recv, 0):
+        if not facts.kinds(recv) and computed_from_device(facts, recv, 0):
             out.append(call)
     for cls in (cst.If, cst.While):
         for node in facts.nodes_within(region, cls):
@@ -381,28 +330,7 @@ def _logs_device_value(facts: Facts, call: cst.Call) -> bool:
     value = get_arg(call, {"add_scalar": "scalar_value", "add_scalars": "tag_scalar_dict"}.get(name, "values"), 1)
     if value is None or any(call_name(c) in _SYNC_METHODS for c in inner_chain(value.value)):
         return False
-    return _maybe_on_device(facts, value.value)
-
-
-def _maybe_on_device(facts: Facts, expr: cst.BaseExpression) -> bool:
-    """A device tensor, or a value of unknown kind that a call computed from one."""
-    return _device_tensor(facts, expr) or (not facts.kinds(expr) and _computed_from_device(facts, expr, 0))
-
-
-_DATA_SIZED = {"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"}
-
-
-def _sized_by_data(facts: Facts, call: cst.Call) -> bool:
-    """An op whose output size depends on the values (the host waits for them to size it):
-    `.nonzero()`, `torch.unique(x)`, `torch.where(cond)` with one argument …, of a value that
-    may be on the device."""
-    name = call_name(call)
-    q = facts.qualname(call.func) or ""
-    if q.startswith("torch.") and (name in _DATA_SIZED or (name == "where" and len(call.args) == 1)):
-        return bool(call.args) and _maybe_on_device(facts, call.args[0].value)
-    if isinstance(call.func, cst.Attribute) and name in _DATA_SIZED and not q.startswith(("numpy.", "np.")):
-        return _maybe_on_device(facts, call.func.value)
-    return False
+    return maybe_on_device(facts, value.value)
 
 
 def _accumulated_on_device(facts: Facts, region: cst.CSTNode) -> set[str]:
@@ -411,42 +339,9 @@ def _accumulated_on_device(facts: Facts, region: cst.CSTNode) -> set[str]:
     out = set()
     for node in facts.nodes_within(region, cst.AugAssign):
         text = dotted(node.target)
-        if text is not None and _device_tensor(facts, node.value):
+        if text is not None and device_tensor(facts, node.value):
             out.add(text)
     return out
-
-
-def _computed_from_device(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool:
-    """`expr` (a name, or an element or attribute of one) was returned by a call given a
-    device tensor."""
-    while isinstance(expr, (cst.Subscript, cst.Attribute)):
-        expr = expr.value
-    if not isinstance(expr, cst.Name) or depth > 3:
-        return False
-    bindings = facts.lookup(expr.value, expr)
-    if not bindings:
-        return False
-    for b in bindings:
-        if b.how not in ("expr", "unpack") or not isinstance(b.node, cst.Call):
-            return False
-        if not any(_device_tensor(facts, a.value) or _unpacked_device(facts, a.value)
-                   or _computed_from_device(facts, a.value, depth + 1) for a in b.node.args):
-            return False
-    return True
-
-
-def _unpacked_device(facts: Facts, expr: cst.BaseExpression) -> bool:
-    """A name bound by unpacking a tuple written out, whose element is a device tensor:
-    `x, lengths = batch["x"].cuda(), batch["len"].cuda()`."""
-    if not isinstance(expr, cst.Name):
-        return False
-    bs = facts.lookup(expr.value, expr)
-    if len(bs) != 1 or bs[0].how != "unpack" or len(bs[0].index) != 1 or not isinstance(bs[0].node, (cst.Tuple, cst.List)):
-        return False
-    elements = bs[0].node.elements
-    i = bs[0].index[0]
-    return 0 <= i < len(elements) and not isinstance(elements[i], cst.StarredElement) \
-        and _device_tensor(facts, elements[i].value)
 
 
 def _callee_waits(facts: Facts, call: cst.Call, region: cst.CSTNode) -> bool:
@@ -771,7 +666,7 @@ def _bare_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
         return False  # `.item()` is PF201's
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in ("float", "int", "len", "str", "round"):
         return False
-    return _device_tensor(facts, expr) and not facts.has_kind(expr, "model")
+    return device_tensor(facts, expr) and not facts.has_kind(expr, "model")
 
 
 def _tensor_condition(facts: Facts, test: cst.BaseExpression) -> bool:
@@ -789,7 +684,7 @@ def _tensor_condition(facts: Facts, test: cst.BaseExpression) -> bool:
     if isinstance(test, cst.Call):
         q = facts.qualname(test.func) or ""
         if q.startswith("torch.") and q.rsplit(".", 1)[-1] in ("isnan", "isinf", "isfinite", "any", "all", "equal", "allclose", "is_nonzero"):
-            return any(_device_tensor(facts, a.value) for a in test.args) or q.endswith(("equal", "allclose"))
+            return any(device_tensor(facts, a.value) for a in test.args) or q.endswith(("equal", "allclose"))
         if isinstance(test.func, cst.Attribute) and call_name(test) in ("any", "all", "isnan", "isinf", "is_nonzero", "equal", "allclose"):
             return _strong_tensor(facts, test.func.value)
         return False
@@ -798,6 +693,6 @@ def _tensor_condition(facts: Facts, test: cst.BaseExpression) -> bool:
 
 def _strong_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
     ks = facts.kinds(expr)
-    if _host_value(facts, expr):
+    if host_value(facts, expr):
         return False
     return bool(ks & {"loss", "device_tensor"}) or ("torch_op" in ks and "cpu_tensor" not in ks)
