@@ -175,9 +175,9 @@ class BlockingHostToDeviceCopy(Rule):
     reported (a training script elsewhere may call it every epoch), unless the project shows
     every call of it and none runs in code that trains (an evaluation script's helper,
     directly or through the functions that call it). Not for a copy the step
-    reads back at once: the very next thing the iteration runs waits for the GPU
-    (`lengths = lengths.to(device)` then `int(lengths.max())`), so an asynchronous copy would
-    overlap with nothing.
+    waits for at once: the next thing the iteration runs, with nothing but more copies
+    between, waits for the GPU (`lengths = lengths.to(device)` then `int(lengths.max())`, or a
+    timing `torch.cuda.synchronize()`), so an asynchronous copy would overlap with nothing.
 
     ## References
     - PyTorch tutorial "A guide on good usage of non_blocking and pin_memory() in PyTorch"

@@ -570,7 +570,8 @@ def waits_at_once(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> bool:
             break
         if isinstance(a, cst.Call) and _heavy_call(facts, a, 0):
             return False  # `model(x.to(device))`: the model's work is queued right after the copy
-    start = (facts._range(node) or (facts.order.get(node, 0),) * 2)[1]
+    stmt = next((a for a in facts.ancestors(node) if isinstance(a, cst.BaseSmallStatement)), node)
+    start = (facts._range(stmt) or (facts.order.get(stmt, 0),) * 2)[1]
     points = [p for p in [*_sync_points(facts, region), *_unseen_reads(facts, region)]
               if facts.order.get(p, 0) > start and not exclusive(facts, node, p)]
     if not points:
@@ -578,10 +579,17 @@ def waits_at_once(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> bool:
     first = min(points, key=lambda p: facts.order.get(p, 0))
     if _optional(facts, first, region) or _gpu_work_between(facts, region, node, first):
         return False
-    # Nothing else runs in between: a call of unknown kind there (`model(batch.x)` on a model
-    # handed in by name only) may queue the work the copy would overlap with.
+    # Nothing else runs in between but more copies and container bookkeeping: a call of
+    # unknown kind there (`model(batch.x)` on a model handed in by name only) may queue the
+    # work the copy would overlap with.
     lo, hi = start, facts.order.get(first, 0)
-    return not any(lo < facts.order.get(c, 0) < hi for c in facts.calls_within(region))
+    return all(call_name(c) in _TRIVIAL_BETWEEN for c in facts.calls_within(region) if lo < facts.order.get(c, 0) < hi)
+
+
+# Calls that queue no GPU work and do next to no host work: more copies to the device, the
+# containers a batch comes in, and the test of `if torch.cuda.is_available():`.
+_TRIVIAL_BETWEEN = {"to", "cuda", "items", "keys", "values", "list", "tuple", "dict", "zip", "len", "enumerate",
+                    "range", "get", "is_available"}
 
 
 def later_syncs(facts: Facts, region: cst.CSTNode, first: cst.CSTNode) -> list:
