@@ -102,4 +102,8 @@ _CALLEE_VERB = re.compile(
     r"summarize|describe|check|validate|test|train|fit|count|profile|benchmark|warmup|step|forward_backward)_"
 )
 
-
+# torch factories that build a tensor from sizes and scalars alone: with no `device=` (and no
+# default device set) the tensor is on the CPU.  (`torch.tensor(t)`, `torch.normal(mean, …)`
+# and the like take tensors and follow their device.)
+SIZE_FACTORIES = frozenset({"randn", "rand", "randint", "randperm", "zeros", "ones", "full", "empty", "arange",
+                            "range", "linspace", "logspace", "eye"})

@@ -16,6 +16,7 @@ from perflint.analysis import (
     iter_nodes,
     literal_value,
 )
+from perflint.analysis.vocab import SIZE_FACTORIES
 from perflint.rules.common import COMPREHENSIONS, param_for, runs_once, throttled_in_loop, trains_in
 
 
@@ -152,8 +153,7 @@ def moves_to_device(facts: Facts, node: cst.CSTNode) -> bool:
     return False
 
 
-_SHAPE_FACTORIES = {"randn", "rand", "zeros", "ones", "empty", "full", "arange", "range", "linspace", "logspace",
-                    "randint", "randperm", "eye", "normal", "bernoulli", "multinomial"}
+_SHAPE_FACTORIES = SIZE_FACTORIES | {"normal", "bernoulli", "multinomial"}
 _DATA_FACTORIES = {"tensor", "as_tensor", "Tensor", "FloatTensor", "LongTensor", "IntTensor", "DoubleTensor",
                    "HalfTensor", "BoolTensor", "ByteTensor", "stack", "cat", "concat", "concatenate", "hstack",
                    "vstack", "where", "clamp", "abs", "exp", "log", "sigmoid", "softmax", "log_softmax"}

@@ -8,10 +8,9 @@ from __future__ import annotations
 import libcst as cst
 
 from perflint.analysis import Facts, call_name, get_arg
+from perflint.analysis.vocab import SIZE_FACTORIES
 
 
-FACTORIES = {"randn", "rand", "randint", "randperm", "zeros", "ones", "full", "empty", "arange", "linspace",
-             "tensor", "normal", "eye"}
 DATA_SIZED = {"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"}
 
 
@@ -23,7 +22,7 @@ def cpu_factory(facts: Facts, expr: cst.BaseExpression) -> bool:
     if not isinstance(expr, cst.Call):
         return False
     q = facts.qualname(expr.func) or ""
-    if not (q.startswith("torch.") and q.count(".") == 1 and q[6:] in FACTORIES) or get_arg(expr, "device") is not None:
+    if not (q.startswith("torch.") and q.count(".") == 1 and q[6:] in SIZE_FACTORIES) or get_arg(expr, "device") is not None:
         return False
     return not facts.calls_to("torch.set_default_device") and not facts.calls_to("torch.set_default_tensor_type")
 
