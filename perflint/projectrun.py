@@ -282,12 +282,12 @@ class ProjectPhase:
             jobs.append(Job(path=k, options=options, raw=self.raws[k], root=root, summarise=True))
         return jobs
 
-    def take(self, r) -> None:
-        """Keep the summary a job returned."""
+    def take(self, r, root: str | None = None) -> None:
+        """Keep the summary a job returned (in `root`'s project: by default the file's own)."""
         if r.summary is None:
             return
         a = os.path.abspath(r.path)
-        root = self.roots.get(r.path) or self._root_of_abs.get(a)
+        root = root or self.roots.get(r.path) or self._root_of_abs.get(a)
         if root is None:
             return
         self.summaries.setdefault(root, {})[a] = r.summary
@@ -346,8 +346,10 @@ class ProjectPhase:
                     if raw is None:
                         continue
                     jobs.append(Job(path=f, options=LintOptions(codes=(), prefilter=False), raw=raw, summarise=True))
+                # Into this project: a checked file of another project (a nested one) that
+                # this one imports is summarised here as a warm run's cache hit puts it.
                 for r in run_jobs(jobs, workers, pool=pool):
-                    self.take(r)
+                    self.take(r, root)
             self.indexes[root] = ProjectIndex(Path(root), self.summaries[root], all_files)
         projects = self._projects()
         projects.clear()

@@ -265,3 +265,28 @@ def test_a_warm_run_sees_the_project_of_the_cold_run(tmp_path, monkeypatch):
     warm = runner.run(["."], Resolver(), jobs=1)
     assert asked == [] and warm.cached == len(warm.results)
     assert [r.diagnostics for r in warm.results] == [r.diagnostics for r in cold.results]
+
+
+def test_a_warm_run_sees_the_project_of_the_cold_run_with_a_nested_project(tmp_path, monkeypatch):
+    """A folder holding a script and a nested project it imports (its own `pyproject.toml`):
+    the nested package's `__init__.py` (no torch in it) is summarised for the outer project.
+    The cold run must file that summary under the project that asked for it, as a warm run's
+    cache hit does, or the warm run sees another project and asks every question again."""
+    import perflint.analysis.project as project
+    from perflint import runner
+    from perflint.config import Resolver
+
+    write(tmp_path, {"main.py": _main('"cuda"').replace("from engine import fit", "from inner.lib import fit"),
+                     "inner/pyproject.toml": "[tool.perflint]\n", "inner/lib/__init__.py": "from .engine import fit\n",
+                     "inner/lib/engine.py": ENGINE})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PERFLINT_CACHE_DIR", str(tmp_path / "cache"))
+    asked = []
+    digest = project.answers_digest
+    monkeypatch.setattr(project, "answers_digest", lambda *a, **k: asked.append(a[1]) or digest(*a, **k))
+    cold = runner.run([str(tmp_path)], Resolver(), jobs=1)
+    assert asked
+    asked.clear()
+    warm = runner.run([str(tmp_path)], Resolver(), jobs=1)
+    assert asked == [] and warm.cached == len(warm.results)
+    assert [r.diagnostics for r in warm.results] == [r.diagnostics for r in cold.results]

@@ -46,10 +46,11 @@ class ModuleResolver:
         ".mod.func" (relative), "#func" (the importer itself), "*func" (via a star import)."""
         if depth > MAX_DEPTH:
             return None
-        key = ("resolve", importer, ref)
+        # Every recursion goes one level deeper, so with the depth in the key no call waits on
+        # itself, and an answer never depends on which question was asked first.
+        key = ("resolve", importer, ref, depth)
         if key in self._memo:
             return self._memo[key]
-        self._memo[key] = None
         got = self._resolve(importer, ref, depth)
         self._memo[key] = got
         return got
@@ -156,10 +157,9 @@ class ModuleResolver:
         """Library names (`torch`, `nn`, `np` …) that `path`'s star imports of project modules
         bind: each module's top-level library imports, as its `__all__` lets them through,
         and what its own star imports bind in turn."""
-        key = ("stars", path)
+        key = ("stars", path, depth)
         if key in self._memo:
             return self._memo[key]
-        self._memo[key] = {}
         out: dict[str, str] = {}
         for star in (self.summaries.get(path) or {}).get("stars", ()):
             target = self.module_ref(path, star)
