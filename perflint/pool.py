@@ -29,10 +29,9 @@ def _worker_init() -> None:
     # A parse allocates millions of small objects and frees them by reference counting;
     # the cyclic collector only slows that down.  Objects inherited from the parent are
     # frozen out of its reach.
-    import gc
+    from perflint.ownership import tune_gc
 
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 50)
+    tune_gc(worker=True)
 
 
 def _worker(conn, budget: int, run_job) -> None:

@@ -129,14 +129,17 @@ def test_threads_get_the_answers_of_one_thread():
 
 def test_importing_perflint_leaves_libcst_alone():
     out = _python("""
+        import gc
         from abc import ABCMeta
         import libcst as cst
+        thresholds = gc.get_threshold()
         hash_before = cst.Name.__dict__.get("__hash__") or cst.CSTNode.__dict__.get("__hash__")
         import perflint.api, perflint.cli, perflint.engine, perflint.rules, perflint.server.checker
         from perflint.api import check_source
         from perflint.rules import all_rules
         all_rules()
         check_source(open("fixtures/workloads/image_classifier.py").read(), path="x.py")
+        assert gc.get_threshold() == thresholds and gc.get_freeze_count() == 0
         assert type(cst.Name) is ABCMeta, type(cst.Name)
         assert (cst.Name.__dict__.get("__hash__") or cst.CSTNode.__dict__.get("__hash__")) is hash_before
         try:
@@ -145,6 +148,19 @@ def test_importing_perflint_leaves_libcst_alone():
             print("validated")
     """)
     assert out.strip() == "validated"
+
+
+def test_perflints_own_process_collects_cycles_less_often():
+    out = _python("""
+        import gc
+        from perflint import ownership
+        before = gc.get_threshold()
+        ownership.own()
+        frozen = gc.get_freeze_count()
+        ownership.own()  # a second run in the process freezes nothing more
+        print(before[0] < 100_000, gc.get_threshold()[0], frozen > 0, gc.get_freeze_count() == frozen)
+    """)
+    assert out.split() == ["True", "100000", "True", "True"]
 
 
 def test_concurrent_parses_in_perflints_own_process_leave_validation_on():

@@ -188,20 +188,24 @@ class LoopsMixin:
     def _loops_over_steps(self, fn: cst.FunctionDef) -> bool:
         """`fn` has a loop of its own that steps an optimizer (an epoch function, not a step);
         a small loop over parameter groups or heads in a step does not make it one."""
-        for cls in (cst.For, cst.While):
-            for loop in self.index[cls]:
-                if self.enclosing_function(loop) is fn and any(
-                        self.is_backward_call(c) or self.is_optimizer_step(c) or self.is_scaler_call_step(c)
-                        for c in self.calls_within(loop)):
-                    return True
+        for loop in self._loops_of_function.get(fn, ()):
+            if any(self.is_backward_call(c) or self.is_optimizer_step(c) or self.is_scaler_call_step(c)
+                   for c in self.calls_within(loop)):
+                return True
         return False
 
-    def direct_loops_in(self, fn: cst.FunctionDef) -> bool:
+    @cached_property
+    def _loops_of_function(self) -> dict[cst.CSTNode | None, list[cst.CSTNode]]:
+        """Each function's own loops (`for`, then `while`, each in source order), found in one
+        pass: asking every function would visit every loop once per function."""
+        out: dict[cst.CSTNode | None, list[cst.CSTNode]] = {}
         for cls in (cst.For, cst.While):
             for loop in self.index[cls]:
-                if self.enclosing_function(loop) is fn:
-                    return True
-        return False
+                out.setdefault(self.enclosing_function(loop), []).append(loop)
+        return out
+
+    def direct_loops_in(self, fn: cst.FunctionDef) -> bool:
+        return bool(self._loops_of_function.get(fn))
 
     def step_function_kind(self, fn: cst.FunctionDef) -> str | None:
         return self._step_functions.get(fn)
@@ -280,10 +284,17 @@ class LoopsMixin:
         return self._loops.get(loop)
 
     def training_loops(self) -> list[cst.CSTNode]:
-        return [l for l, k in self._loops.items() if k == "train"]
+        return list(self._loops_by_kind.get("train", ()))
 
     def eval_loops(self) -> list[cst.CSTNode]:
-        return [l for l, k in self._loops.items() if k == "eval"]
+        return list(self._loops_by_kind.get("eval", ()))
+
+    @cached_property
+    def _loops_by_kind(self) -> dict[str, tuple[cst.CSTNode, ...]]:
+        out: dict[str, list[cst.CSTNode]] = {}
+        for loop, kind in self._loops.items():
+            out.setdefault(kind, []).append(loop)
+        return {k: tuple(v) for k, v in out.items()}
 
     # -- per-iteration code ------------------------------------------------------------------
     def iteration_context(self, node: cst.CSTNode) -> LoopInfo | None:

@@ -216,7 +216,18 @@ class TreeMixin:
         return self.index[cst.Call]  # type: ignore[return-value]
 
     def qualname(self, node: cst.BaseExpression) -> str | None:
-        return self.imports.resolve(node)
+        """What `node` names through the file's imports (`nn.Linear` → "torch.nn.Linear"),
+        resolved once a node: the imports are complete once the facts are built."""
+        memo = self._qualnames
+        try:
+            return memo[node]
+        except KeyError:
+            got = memo[node] = self.imports.resolve(node)  # type: ignore[attr-defined]
+            return got
+
+    @cached_property
+    def _qualnames(self) -> dict[cst.CSTNode, str | None]:
+        return {}
 
     @cached_property
     def _calls_by_qualname(self) -> dict[str, list[cst.Call]]:

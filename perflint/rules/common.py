@@ -399,8 +399,7 @@ def throttled_in_loop(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> bo
 
 
 def file_trains(facts: Facts) -> bool:
-    return bool(facts.training_loops()) or any(
-        facts.step_function_kind(fn) == "train" for fn in facts.index[cst.FunctionDef])
+    return facts.trains
 
 
 def trains_in(facts: Facts, node: cst.CSTNode) -> bool:
