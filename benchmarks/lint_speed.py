@@ -4,6 +4,7 @@
     python benchmarks/lint_speed.py FOLDER --formats        # every output format, cold and warm
     python benchmarks/lint_speed.py --one-file FILE         # start-up: one small file (pre-commit)
     python benchmarks/lint_speed.py --big-file 10000 20000  # generated training files of N lines
+    python benchmarks/lint_speed.py --phases 40000          # where a big file's check time goes
 
 Prints files, lines, seconds and files/s for:
 
@@ -20,6 +21,11 @@ The folder is only read.
 
 `--formats` adds a table of every `--output-format` on FOLDER, cold (`--no-cache`) and warm
 (one cache, filled by a `full` run: the cache serves every format), against `concise`.
+
+`--phases LINES` (or `--phases FILE`) splits one cold `check --jobs 1` of a generated file of
+LINES lines (or of FILE) into its phases, as CPU seconds in one process: libcst's parse, the
+walk that builds the facts, the rules (each rule's `check`), the module summary, the
+positions of the findings, the fix edits, and what is left (imports, discovery, reporting).
 
 `--one-file FILE` times what a pre-commit hook pays for one small file: `python -c pass`
 (the interpreter), `perflint --version` (click and perflint's package), and `perflint check
@@ -290,6 +296,86 @@ def big_file_table(sizes: list[int], repeat: int, med) -> dict:
     return out
 
 
+_PHASES = """
+import json, sys, time
+from perflint import engine, positions
+from perflint.analysis import facts as facts_mod
+from perflint.rules import all_rules
+
+spent = {}
+stack = []  # [label, time spent in nested phases]: each phase counts its own time only
+def timed(owner, name, label, generator=False):
+    real = getattr(owner, name)
+    def wrapper(*a, **k):
+        stack.append([label, 0.0])
+        t = time.process_time()
+        try:
+            got = real(*a, **k)
+            return list(got) if generator else got
+        finally:
+            took = time.process_time() - t
+            _, nested = stack.pop()
+            spent[label] = spent.get(label, 0.0) + took - nested
+            if stack:
+                stack[-1][1] += took
+    setattr(owner, name, wrapper)
+
+timed(engine, "_parse_module", "parse (libcst)")
+timed(facts_mod.Facts, "__init__", "facts walk")
+timed(engine, "_summary_of", "module summary")
+timed(positions, "node_offsets", "finding positions")
+timed(engine, "_fix_edits", "fix edits")
+for cls in all_rules().values():
+    timed(cls, "check", "rules", generator=True)
+start = time.process_time()
+sys.argv = ["perflint", "check", sys.argv[1], "--no-cache", "--jobs", "1", "--exit-zero", "-q", "-o", "/dev/null"]
+from perflint.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+spent["total"] = time.process_time() - start
+print(json.dumps(spent))
+"""
+
+
+def phases_table(target: str, med, repeat: int) -> dict:
+    """Where one cold check of one file goes (CPU seconds in its one process)."""
+    env = _env()
+    with tempfile.TemporaryDirectory(prefix="perflint-bench-phases-") as tmp:
+        if target.isdigit():
+            path = Path(tmp) / f"train_{target}.py"
+            path.write_text(big_file_text(int(target)), encoding="utf-8")
+        else:
+            path = Path(target)
+        runs = []
+        for _ in range(repeat):
+            p = subprocess.run([sys.executable, "-c", _PHASES, str(path)], capture_output=True, text=True, env=env)
+            if p.returncode != 0:
+                raise SystemExit(f"phases run failed:\n{p.stderr}")
+            runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        lines = path.read_bytes().count(b"\n")
+    # Each phase counts its own time only (the position pass a summary makes is a position
+    # pass); "the rest" is imports, discovery, the hot-path evidence, reporting.
+    keys = ["parse (libcst)", "facts walk", "rules", "module summary", "finding positions", "fix edits"]
+    total = med(r["total"] for r in runs)
+    out = {k: med(r.get(k, 0.0) for r in runs) for k in keys}
+    print()
+    print(f"phases of `perflint check --no-cache --jobs 1` on {path.name} ({lines:,} lines), CPU s, "
+          f"{'min' if med is min else 'median'} of {repeat}")
+    print()
+    print(f"| {'phase':<20} | {'CPU s':>7} | {'share':>6} | {'× parse':>7} |")
+    print(f"|{'-' * 22}|{'-' * 9}|{'-' * 8}|{'-' * 9}|")
+    parse = out["parse (libcst)"] or float("nan")
+    for k in keys:
+        print(f"| {k:<20} | {out[k]:>7.2f} | {out[k] / total:>6.1%} | {out[k] / parse:>7.2f} |")
+    rest = total - sum(out.values())
+    print(f"| {'the rest':<20} | {rest:>7.2f} | {rest / total:>6.1%} | {rest / parse:>7.2f} |")
+    print(f"| {'total':<20} | {total:>7.2f} | {1:>6.1%} | {total / parse:>7.2f} |")
+    out["rest"], out["total"], out["lines"] = rest, total, lines
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path, nargs="?")
@@ -302,6 +388,8 @@ def main() -> None:
     ap.add_argument("--one-file", type=Path, metavar="FILE", help="time start-up on one small file")
     ap.add_argument("--big-file", type=int, nargs="+", metavar="LINES",
                     help="time generated training files of these sizes against the bare parse")
+    ap.add_argument("--phases", metavar="LINES_OR_FILE",
+                    help="split one cold check of a generated file of LINES lines (or of FILE) into its phases")
     args = ap.parse_args()
     if args.select:
         SELECT[:] = ["--select", args.select]
@@ -311,9 +399,11 @@ def main() -> None:
         extra["one_file"] = one_file_table(args.one_file, args.repeat, med)
     if args.big_file:
         extra["big_file"] = big_file_table(args.big_file, args.repeat, med)
+    if args.phases:
+        extra["phases"] = phases_table(args.phases, med, args.repeat)
     if args.folder is None:
-        if args.one_file is None and not args.big_file:
-            ap.error("give a FOLDER, --one-file FILE, --big-file LINES, or several")
+        if args.one_file is None and not args.big_file and not args.phases:
+            ap.error("give a FOLDER, --one-file FILE, --big-file LINES, --phases LINES, or several")
         if args.json:
             args.json.write_text(json.dumps(extra, indent=2) + "\n")
         return

@@ -10,7 +10,7 @@ spelling:
 The target torch version is `--target-torch`, else `target-torch` in the configuration,
 else the lower bound of the project's declared torch requirement (the nearest
 pyproject.toml's dependencies, optional dependencies and dependency groups, then
-requirements*.txt beside it, setup.cfg / setup.py, environment.yml, requirements files one
+requirements*.txt beside it, setup.cfg / setup.py, conda environment*.yml, requirements files one
 folder down; else the lowest torch version the README, install notes or Dockerfiles name),
 else 2.4.  It is never the installed torch.
 
@@ -383,18 +383,29 @@ def _setup_requirements(project_dir: Path) -> tuple[list[str], Path] | None:
     return None
 
 
+_CONDA_FILES = ("environment.yml", "environment.yaml", "env.yml", "conda.yaml")
+# Variants beside them: `environment_gpu.yml` and `environment_cpu.yml`, `conda-cuda11.yaml`.
+_CONDA_GLOBS = ("environment*.yml", "environment*.yaml", "env[-_]*.yml", "conda*.yml", "conda*.yaml")
+
+
 def _conda_bound(project_dir: Path) -> tuple[tuple[int, int], Path] | None:
-    for name in ("environment.yml", "environment.yaml", "env.yml", "conda.yaml"):
+    """The lowest torch a conda environment file of the project pins; with several files
+    (one for the GPU, one for the CPU), the lowest over all of them."""
+    names = list(_CONDA_FILES)
+    try:
+        names += sorted({p.name for g in _CONDA_GLOBS for p in project_dir.glob(g)} - set(_CONDA_FILES))
+    except OSError:
+        pass
+    found = None
+    for name in names:
         path = project_dir / name
-        best = None
         for line in _read_text(path).splitlines():
             m = _CONDA_REQ.match(line.split("#", 1)[0])
             if m:
                 v = (int(m.group(2)), int(m.group(3)))
-                best = v if best is None else min(best, v)
-        if best is not None:
-            return best, path
-    return None
+                if found is None or v < found[0]:
+                    found = (v, path)
+    return found
 
 
 # Where no machine-readable requirement bounds torch, the project's Dockerfiles and install

@@ -237,6 +237,10 @@ def _pf402(root: Path, *args: str) -> bool:
         ({"setup.cfg": "[options]\ninstall_requires =\n    numpy\n    torch>=2.1,<3\n"}, False),
         ({"environment.yml": "dependencies:\n  - python=3.8\n  - pytorch::pytorch=1.12.1\n"}, False),
         ({"environment.yml": "dependencies:\n  - pip:\n    - torch==2.6.0\n"}, True),
+        # One environment file per machine kind: the lowest torch of them all.
+        ({"environment_gpu.yml": "dependencies:\n  - pytorch=1.6.0\n",
+          "environment_cpu.yml": "dependencies:\n  - pytorch=2.6.0\n"}, False),
+        ({"environment_gpu.yml": "dependencies:\n  - pytorch=2.5.1\n"}, True),
         ({"installation/requirements.txt": "torch==1.4.0\n"}, False),
         # Nothing machine-readable: the lowest torch the README, install notes or Dockerfiles name.
         ({"README.md": "## Setup\n\n1. Install PyTorch 1.13 or later\n"}, False),

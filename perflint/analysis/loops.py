@@ -363,6 +363,10 @@ class LoopsMixin:
             return "on"
         if isinstance(expr, cst.Call) and self._grad_off_factory_call(expr):
             return "off"  # `@smart_inference_mode()`: a decorator that applies inference_mode
+        if isinstance(expr, cst.Name):
+            fns = self.functions_by_name.get(expr.value, [])
+            if len(fns) == 1 and self.scope_of(fns[0]) is self.module and self.is_grad_off_decorator(fns[0]):
+                return "off"  # `@nograd` with `def nograd(f)` running `f` under `torch.no_grad()`
         if q == "torch.set_grad_enabled" and isinstance(expr, cst.Call) and expr.args:
             v = literal_value(expr.args[0].value)
             if v is False:
@@ -399,6 +403,27 @@ class LoopsMixin:
                 names = {self.qualname(n) for n in _iter_expr(x.value) if isinstance(n, (cst.Name, cst.Attribute))}
                 if not names & set(self.GRAD_OFF) or "torch.enable_grad" in names:
                     return False
+        return True
+
+    def is_grad_off_decorator(self, fn: cst.FunctionDef) -> bool:
+        """`def nograd(f): def wrapper(*a, **k): with torch.no_grad(): return f(*a, **k); return
+        wrapper`: a decorator of this file whose every return is a nested function that calls
+        the decorated function only inside a grad-off `with`."""
+        params = fn.params
+        if len(params.params) != 1 or params.posonly_params or params.kwonly_params \
+                or isinstance(params.star_arg, (cst.Param, cst.ParamStar)) or params.star_kwarg is not None \
+                or not isinstance(fn.body, cst.IndentedBlock):
+            return False
+        wrapped = params.params[0].name.value
+        nested = {s.name.value: s for s in fn.body.body if isinstance(s, cst.FunctionDef)}
+        rets = [r for r in self.nodes_within(fn, cst.Return) if self.enclosing_function(r) is fn]
+        if not nested or not rets or not all(isinstance(r.value, cst.Name) and r.value.value in nested for r in rets):
+            return False
+        for r in rets:
+            inner = nested[r.value.value]  # type: ignore[union-attr]
+            calls = [c for c in self.calls_within(inner) if isinstance(c.func, cst.Name) and c.func.value == wrapped]
+            if not calls or any(self.grad_context(c) != "off" for c in calls):
+                return False
         return True
 
     def grad_context(self, node: cst.CSTNode) -> str | None:

@@ -67,7 +67,9 @@ class EvalWithoutNoGrad(Rule):
     test-time adaptation), in `forward`/`training_step`, or in Lightning's
     `validation_step`/`test_step`/`predict_step` (Lightning disables gradients there), nor
     in a function decorated by a decorator factory of the file or the project whose decorator
-    applies `no_grad`/`inference_mode` (yolov5's `@smart_inference_mode()`), nor for a loop
+    applies `no_grad`/`inference_mode` (yolov5's `@smart_inference_mode()`) or by a decorator
+    of the file whose wrapper calls the function only inside `with torch.no_grad():`
+    (`@nograd`), nor for a loop
     over the samples of one batch drawn with `next(iter(loader))` (a sample grid) or a loop
     that returns after its first pass, nor where a comment in the loop or between `.eval()`
     and the loop says autograd must stay on ("# no no_grad here: the hooks need gradients").
