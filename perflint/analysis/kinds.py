@@ -9,7 +9,7 @@ import libcst as cst
 from perflint.analysis.bindings import Binding
 from perflint.analysis.syntax import call_name, literal_value
 from perflint.analysis.devices import _device_string_kinds
-from perflint.analysis.vocab import OPTIMIZER_CLASSES, _HINTS, _VERB_PREFIX
+from perflint.analysis.vocab import GRAPH_BATCH_CALLS, OPTIMIZER_CLASSES, _HINTS, _VERB_PREFIX
 from perflint.names import dotted
 
 # Calls whose iteration yields the elements of their first argument: progress bars and
@@ -163,6 +163,28 @@ class KindsMixin:
         inner = {f.name.value for f in self.nodes_within(fn, cst.FunctionDef)}  # its own helpers
         return all(_cheap_call(self, c) or call_name(c) in _PAD_CALLS
                    or (isinstance(c.func, cst.Name) and c.func.value in inner) for c in self.calls_within(fn))
+
+    def graph_collate(self, fn: cst.FunctionDef) -> bool:
+        """A collate function whose batch is a DGL graph: every value it returns is a graph
+        built by `dgl.batch(...)` (or `dgl.graph`, …), or a tuple holding one (`return
+        dgl.batch(graphs), labels`), directly or through a name bound once."""
+        rets = [r for r in self.nodes_within(fn, cst.Return) if self.enclosing_function(r) is fn]
+        if not rets:
+            return False
+        for r in rets:
+            value = r.value
+            items = [e.value for e in value.elements if not isinstance(e, cst.StarredElement)] \
+                if isinstance(value, (cst.Tuple, cst.List)) else [value]
+            if not any(self._graph_batch(v, r) for v in items if v is not None):
+                return False
+        return True
+
+    def _graph_batch(self, node: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Name):
+            bs = self.lookup(node.value, at)
+            return len(bs) == 1 and bs[0].how == "expr" and isinstance(bs[0].node, cst.Call) \
+                and self.qualname(bs[0].node.func) in GRAPH_BATCH_CALLS
+        return isinstance(node, cst.Call) and self.qualname(node.func) in GRAPH_BATCH_CALLS
 
     # -- kinds ----------------------------------------------------------------------------
     def kinds(self, node: cst.CSTNode | None) -> frozenset[str]:

@@ -289,6 +289,17 @@ class ProjectIndex:
                                   for cls in (summary.get("classes") or {}).values())
         return self._memo[key]
 
+    def graph_collate_method(self, name: str) -> bool:
+        """Whether the project's methods named `name` (some, and every one) return a DGL graph
+        batch: `collate_fn=dataset.collate` on a dataset of a project class."""
+        key = ("graphm", name)
+        if key not in self._memo:
+            found = [m.get("graph", False) for summary in self.summaries.values()
+                     for cls in (summary.get("classes") or {}).values()
+                     for mname, m in (cls.get("methods") or {}).items() if mname == name]
+            self._memo[key] = bool(found) and all(found)
+        return self._memo[key]
+
     def constant(self, importer: str, ref: str):
         """The value of a project module's top-level literal constant; KeyError when unknown."""
         got = self.resolve(importer, ref)
@@ -496,6 +507,18 @@ class ProjectView:
         """See `ProjectIndex.narrow_copy_method`."""
         return bool(self._ask(("narrow", name), lambda: self.index.narrow_copy_method(name)))  # type: ignore[union-attr]
 
+    def graph_collate_method(self, name: str) -> bool:
+        """See `ProjectIndex.graph_collate_method`."""
+        return bool(self._ask(("graphm", name), lambda: self.index.graph_collate_method(name) or None))  # type: ignore[union-attr]
+
+    def graph_collate(self, ref: str) -> bool:
+        """Whether the project function `ref` names returns a DGL graph batch."""
+        def compute():
+            w = self.index.resolve(self.path, ref)  # type: ignore[union-attr]
+            got = self.index.entry(w) if w is not None and w[1] else None  # type: ignore[union-attr]
+            return bool(got and got[0] == "function" and got[1].get("graph")) or None
+        return bool(self._ask(("graphf", ref), compute))
+
     def settings_near(self) -> dict:
         """See `ProjectIndex.settings_near`."""
         got = self._ask(("settings",), lambda: self.index.settings_near(self.path))  # type: ignore[union-attr]
@@ -547,7 +570,8 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "rcuda": view.receives_cuda, "kwargs": view.kwargs_of, "stars": view.star_aliases,
                   "pmeth": view.param_method_kinds, "imeth": view.inherited_method_kinds,
                   "narrow": view.narrow_copy_method, "nogradc": view.called_without_grad,
-                  "cfgfile": view.config_data, "outside": view.called_only_outside_training}.get(kind)
+                  "cfgfile": view.config_data, "outside": view.called_only_outside_training,
+                  "graphm": view.graph_collate_method, "graphf": view.graph_collate}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

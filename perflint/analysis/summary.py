@@ -35,7 +35,7 @@ from perflint.analysis.syntax import NOT_LITERAL, call_name, get_arg, has_splat,
 from perflint.analysis.vocab import DATALOADER, _OPTION_ROOTS
 from perflint.names import ImportTable, dotted
 
-SUMMARY_VERSION = 6
+SUMMARY_VERSION = 7
 # Import roots that are never the project's own modules.
 LIBRARY_ROOTS = frozenset({
     "torch", "numpy", "np", "scipy", "torchvision", "torchaudio", "transformers", "accelerate", "timm", "os", "sys",
@@ -174,6 +174,8 @@ def _function_info(facts, fn: cst.FunctionDef) -> FunctionInfo:
         info["syncs"] = True  # waits for the GPU each time it runs (`.item()`, `.cpu()`, ...)
     if loader_options is not None:
         info["loader"] = loader_options
+    if facts.graph_collate(fn):
+        info["graph"] = True  # returns a DGL graph batch: a loader's pin_memory leaves it as is
     info.update(_body_info(facts, fn))
     return info
 

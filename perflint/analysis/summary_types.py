@@ -33,6 +33,7 @@ class FunctionInfo(TypedDict):
     loader: NotRequired[Dict[str, JsonScalar]]  # options of the DataLoader it returns ("?" unknown)
     static: NotRequired[bool]  # a staticmethod: a call's arguments fill the parameters from the first
     wrapped: NotRequired[bool]  # a method under a decorator that may change its call
+    graph: NotRequired[bool]  # returns a DGL graph batch (or a tuple holding one)
 
 
 class ClassInfo(TypedDict):

@@ -107,3 +107,9 @@ _CALLEE_VERB = re.compile(
 # and the like take tensors and follow their device.)
 SIZE_FACTORIES = frozenset({"randn", "rand", "randint", "randperm", "zeros", "ones", "full", "empty", "arange",
                             "range", "linspace", "logspace", "eye"})
+
+# Graph-library calls that build one batched graph object: a DataLoader's `pin_memory`
+# pins tensors (and objects with a `pin_memory()` method, as PyG's `Batch`); a DGL graph has
+# none (DGL offers only the in-place `pin_memory_()`), so pinning leaves it in pageable memory.
+GRAPH_BATCH_CALLS = frozenset({"dgl.batch", "dgl.batch_hetero", "dgl.graph", "dgl.heterograph", "dgl.DGLGraph",
+                               "dgl.merge"})

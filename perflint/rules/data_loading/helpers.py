@@ -387,6 +387,44 @@ def collate_origin(facts: Facts, call: cst.Call, expr: cst.BaseExpression | None
     return "device" if moves_to_device(facts, fn) else "cpu"
 
 
+def graph_collator(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -> bool:
+    """`collate_fn` batches DGL graphs (`return dgl.batch(graphs), labels`): a function of
+    this file, a project function, `partial(...)` of one, or `dataset.collate` where every
+    project method of that name does.  A loader's `pin_memory` pins tensors and objects with
+    a `pin_memory()` method; a DGL graph has none, so the graph, which holds the features,
+    stays in pageable memory whatever the loader says."""
+    if expr is None or depth > 3:
+        return False
+    if isinstance(expr, cst.Call) and (facts.qualname(expr.func) or call_name(expr)) in ("functools.partial", "partial") \
+            and expr.args:
+        return graph_collator(facts, expr.args[0].value, depth + 1)
+    if isinstance(expr, cst.Name):
+        fns = facts.functions_by_name.get(expr.value, [])
+        if len(fns) == 1:
+            return facts.graph_collate(fns[0])
+        bs = facts.lookup(expr.value, expr)
+        if len(bs) == 1 and bs[0].how == "expr" and bs[0].node is not expr:
+            return graph_collator(facts, bs[0].node, depth + 1)
+        ref = facts.project_ref(expr)
+        return ref is not None and facts.project is not None and facts.project.graph_collate(ref)
+    if isinstance(expr, cst.Attribute):
+        name = expr.attr.value
+        cls = facts.enclosing_class(expr)
+        if isinstance(expr.value, cst.Name) and expr.value.value == "self" and cls is not None:
+            own = [f for f in facts.functions_by_name.get(name, []) if facts.enclosing_class(f) is cls]
+            if own:
+                return all(facts.graph_collate(f) for f in own)
+        ref = facts.project_ref(expr)
+        if ref is not None and facts.project is not None and facts.project.graph_collate(ref):
+            return True  # `data.collate_graphs` of a project module
+        local = [f for f in facts.functions_by_name.get(name, []) if facts.enclosing_class(f) is not None]
+        if local and not all(facts.graph_collate(f) for f in local):
+            return False
+        return (bool(local) and facts.project is None) or (
+            facts.project is not None and facts.project.graph_collate_method(name))
+    return False
+
+
 def token_collator(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -> bool:
     """`collate_fn` is a tokenizer-side collator (`DataCollatorForSeq2Seq(tokenizer, ...)`, a
     project `...Collator` in a file that tokenises): the samples are token ids already, and a

@@ -15,6 +15,7 @@ from perflint.rules.data_loading.helpers import (
     collate_origin,
     dataloaders,
     dataset_origin,
+    graph_collator,
     loader_options,
     read_cheaply,
     read_sites,
@@ -133,6 +134,8 @@ class DataLoaderNoPinMemory(Rule):
                 continue  # an evaluation loop that hands the batch on as is (to numpy, per slice)
             if _unpinned_branch(facts, call):
                 continue  # `if num_workers > 0: DataLoader(..., pin_memory=True) else: DataLoader(...)`
+            if graph_collator(facts, opts.get("collate_fn")):
+                continue  # the batch is a DGL graph: pinning leaves it (and its features) pageable
             new = add_arg(call, make_kwarg("pin_memory", "True"))
             plan_msg = "Add `pin_memory=True`"
             if collate == "cpu" and dataset == "cpu" and not has_splat(call):
