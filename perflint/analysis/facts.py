@@ -10,6 +10,7 @@ from perflint.analysis.callkinds import CallKindsMixin
 from perflint.analysis.crossmodule import CrossModuleMixin
 from perflint.analysis.devices import DevicesMixin
 from perflint.analysis.filewide import FileWideMixin
+from perflint.analysis.gradmode import GradModeMixin
 from perflint.analysis.hotpath import HotPathMixin
 from perflint.analysis.kinds import KindsMixin
 from perflint.analysis.loops import LoopsMixin
@@ -19,7 +20,7 @@ from perflint.names import ImportTable
 
 
 class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, FileWideMixin, LoopsMixin,
-            ThrottlesMixin, HotPathMixin, CrossModuleMixin):
+            GradModeMixin, ThrottlesMixin, HotPathMixin, CrossModuleMixin):
     def __init__(self, module: cst.Module, target_torch: tuple[int, int] = (2, 4), project=None) -> None:
         self.module = module
         self.target_torch = target_torch

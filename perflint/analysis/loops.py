@@ -1,5 +1,5 @@
 """Loops and iteration contexts: training and evaluation loops, per-step functions, which
-statements run on every iteration, and grad mode."""
+statements run on every iteration (grad mode: `analysis.gradmode`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Iterable
 
 import libcst as cst
 
-from perflint.analysis.syntax import call_name, literal_value
+from perflint.analysis.syntax import call_name
 from perflint.analysis.tree import _iter_expr, iter_nodes
-from perflint.analysis.vocab import _PASS_THROUGH_METHODS, _STEP_NAME
+from perflint.analysis.vocab import _STEP_NAME
 from perflint.analysis.kinds import name_hints
 from perflint.names import dotted
 
@@ -343,131 +343,6 @@ class LoopsMixin:
                 return None
             cur = parent
         return None
-
-    # -- grad mode ------------------------------------------------------------------------
-    GRAD_OFF = ("torch.no_grad", "torch.inference_mode")
-
-    def grad_mode_of(self, expr: cst.BaseExpression) -> str | None:
-        """"off" for no_grad()/inference_mode()/set_grad_enabled(False), "on" for
-        enable_grad()/set_grad_enabled(True), else None."""
-        target = expr.func if isinstance(expr, cst.Call) else expr
-        q = self.qualname(target)
-        if q is None and self.imports.stars:
-            q = dotted(target)  # `torch` from a star import (`from .utils import *`)
-        if q in self.GRAD_OFF:
-            if isinstance(expr, cst.Call) and q == "torch.inference_mode" and expr.args:
-                if literal_value(expr.args[0].value) is False:
-                    return "on"
-            return "off"
-        if q == "torch.enable_grad":
-            return "on"
-        if isinstance(expr, cst.Call) and self._grad_off_factory_call(expr):
-            return "off"  # `@smart_inference_mode()`: a decorator that applies inference_mode
-        if isinstance(expr, cst.Name):
-            fns = self.functions_by_name.get(expr.value, [])
-            if len(fns) == 1 and self.scope_of(fns[0]) is self.module and self.is_grad_off_decorator(fns[0]):
-                return "off"  # `@nograd` with `def nograd(f)` running `f` under `torch.no_grad()`
-        if q == "torch.set_grad_enabled" and isinstance(expr, cst.Call) and expr.args:
-            v = literal_value(expr.args[0].value)
-            if v is False:
-                return "off"
-            if v is True:
-                return "on"
-            return "unknown"
-        return None
-
-    def _grad_off_factory_call(self, call: cst.Call) -> bool:
-        """A call of a function of this file or the project that returns a decorator
-        applying `torch.no_grad`/`torch.inference_mode` (yolov5's `smart_inference_mode()`)."""
-        if isinstance(call.func, cst.Name):
-            fns = self.functions_by_name.get(call.func.value, [])
-            if len(fns) == 1 and self.scope_of(fns[0]) is self.module:
-                return self.is_grad_off_factory(fns[0])
-        return "grad_off_decorator" in self.project_call_kinds(call)
-
-    def is_grad_off_factory(self, fn: cst.FunctionDef) -> bool:
-        """`def f(...): def decorate(fn): return torch.no_grad()(fn); return decorate`: every
-        return of `f` is a nested function whose returns apply a grad-off context."""
-        nested = {s.name.value: s for s in fn.body.body if isinstance(s, cst.FunctionDef)} \
-            if isinstance(fn.body, cst.IndentedBlock) else {}
-        rets = [r for r in self.nodes_within(fn, cst.Return) if self.enclosing_function(r) is fn]
-        if not nested or not rets or not all(isinstance(r.value, cst.Name) and r.value.value in nested for r in rets):
-            return False
-        for r in rets:
-            inner = nested[r.value.value]  # type: ignore[union-attr]
-            inner_rets = [x for x in self.nodes_within(inner, cst.Return)
-                          if self.enclosing_function(x) is inner and x.value is not None]
-            if not inner_rets:
-                return False
-            for x in inner_rets:
-                names = {self.qualname(n) for n in _iter_expr(x.value) if isinstance(n, (cst.Name, cst.Attribute))}
-                if not names & set(self.GRAD_OFF) or "torch.enable_grad" in names:
-                    return False
-        return True
-
-    def is_grad_off_decorator(self, fn: cst.FunctionDef) -> bool:
-        """`def nograd(f): def wrapper(*a, **k): with torch.no_grad(): return f(*a, **k); return
-        wrapper`: a decorator of this file whose every return is a nested function that calls
-        the decorated function only inside a grad-off `with`."""
-        params = fn.params
-        if len(params.params) != 1 or params.posonly_params or params.kwonly_params \
-                or isinstance(params.star_arg, (cst.Param, cst.ParamStar)) or params.star_kwarg is not None \
-                or not isinstance(fn.body, cst.IndentedBlock):
-            return False
-        wrapped = params.params[0].name.value
-        nested = {s.name.value: s for s in fn.body.body if isinstance(s, cst.FunctionDef)}
-        rets = [r for r in self.nodes_within(fn, cst.Return) if self.enclosing_function(r) is fn]
-        if not nested or not rets or not all(isinstance(r.value, cst.Name) and r.value.value in nested for r in rets):
-            return False
-        for r in rets:
-            inner = nested[r.value.value]  # type: ignore[union-attr]
-            calls = [c for c in self.calls_within(inner) if isinstance(c.func, cst.Name) and c.func.value == wrapped]
-            if not calls or any(self.grad_context(c) != "off" for c in calls):
-                return False
-        return True
-
-    def grad_context(self, node: cst.CSTNode) -> str | None:
-        """"off"/"on"/"unknown" if `node` runs inside a grad-mode context or a function
-        decorated with one (innermost wins); None if no such context is visible."""
-        for a in self.ancestors(node):
-            if isinstance(a, cst.With):
-                for item in a.items:
-                    mode = self.grad_mode_of(item.item)
-                    if mode is not None:
-                        return mode
-            elif isinstance(a, cst.FunctionDef):
-                for d in a.decorators:
-                    mode = self.grad_mode_of(d.decorator)
-                    if mode is not None:
-                        return mode
-                return None
-            elif isinstance(a, (cst.Lambda, cst.ClassDef)):
-                return None
-        return None
-
-    def computed_without_grad(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
-        """Whether the value of `expr` was computed with autograd off: `out = model(x)` under
-        `with torch.no_grad():`, then `loss = out.loss` outside it."""
-        if depth > 4:
-            return False
-        if self.grad_context(expr) == "off":
-            return True
-        base = expr
-        while isinstance(base, (cst.Attribute, cst.Subscript)):
-            base = base.value
-        if isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and base.func.attr.value in _PASS_THROUGH_METHODS:
-            return self.computed_without_grad(base.func.value, depth + 1)
-        if not isinstance(base, cst.Name):
-            return False
-        bindings = self.lookup(base.value, expr)
-        if not bindings:
-            return False
-        for b in bindings:
-            if b.how not in ("expr", "unpack") or b.site is None:
-                return False
-            if not (self.grad_context(b.site) == "off" or self.computed_without_grad(b.node, depth + 1)):
-                return False
-        return True
 
 
 _EXITS = {"sys.exit", "exit", "quit", "os._exit", "os.abort"}
