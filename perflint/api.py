@@ -120,15 +120,17 @@ def _raise_first(errors: list[FileError]) -> None:
         raise PerflintError(fatal[0])
 
 
-def check_file(path: str, raw: bytes | None, options, *, project=None, summarise: bool = False):
+def check_file(path: str, raw: bytes | None, options, *, project=None, summarise: bool = False,
+               alone: bool = False):
     """Check one file's bytes (`raw=None`: read `path`) with resolved `LintOptions`.
 
     `project` is the file's `ProjectView` (its questions to the project are recorded in
-    `result.questions`); with `summarise`, `result.summary` is its module summary.  Returns
-    a `FileResult`; unreadable or unparsable input is in `result.errors`."""
+    `result.questions`); with `summarise`, `result.summary` is its module summary (`alone`:
+    the file is its project's only Python file).  Returns a `FileResult`; unreadable or
+    unparsable input is in `result.errors`."""
     from perflint.engine import lint_bytes
 
-    return lint_bytes(path, raw, options, project=project, summarise=summarise)
+    return lint_bytes(path, raw, options, project=project, summarise=summarise, alone=alone)
 
 
 def fix_file(path: str, raw: bytes | None, options, *, unsafe: bool, fixable=None, project=None):

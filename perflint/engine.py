@@ -383,10 +383,12 @@ def _skip(result: FileResult, src: Source, path: str) -> FileResult:
     return result
 
 
-def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None, summarise: bool = False) -> FileResult:
+def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None, summarise: bool = False,
+               alone: bool = False) -> FileResult:
     """Lint one file.  `project` is its `ProjectView` (cross-module questions are asked of it
     and recorded in `result.questions`); with `summarise`, `result.summary` is the file's
-    module summary for the other files of its project."""
+    module summary for the other files of its project; `alone`: the file is the only Python
+    file of its project (a script checked on its own)."""
     result = FileResult(path=path)
     src = _load(path, raw)
     if isinstance(src, FileError):
@@ -395,7 +397,8 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
     rules = _rules_for(options)
     other = not_torch_code(src.raw)
     if summarise and src.notebook is None and not other and rules and project is not None \
-            and project.index is None and len(src.text) >= FIRST_PASS_ALONE_CHARS and _calls_its_own_functions(src.text):
+            and project.index is None and (alone or len(src.text) >= FIRST_PASS_ALONE_CHARS) \
+            and _calls_its_own_functions(src.text):
         return _first_pass(result, src, rules, options, project)
     if summarise and src.notebook is None:
         # Another framework's file is still summarised (what it defines, what it imports),
@@ -416,7 +419,8 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
 # A file this long whose functions are called in the file itself gets its first pass answered
 # from its own summary (`_first_pass`): one more analysis walk instead of a second full check
 # in phase 2.  Below it the second check, when the project's answers call for one, is the
-# cheaper way (most small files need none).
+# cheaper way (most small files need none), unless the file is its project's only one: then
+# its own summary is the whole project, and the first pass is always the last.
 FIRST_PASS_ALONE_CHARS = 200_000
 _TOP_DEF = re.compile(r"^(?:async[ \t]+def|def|class)[ \t]+(\w+)", re.M)
 

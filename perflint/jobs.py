@@ -34,6 +34,9 @@ class Job:
     # second ("always": a fix run fixes every file next; "asked": a check re-checks only a
     # file that asked its project something; "": no second pass).
     keep: str = ""
+    # The file is the only Python file of its project: its own summary answers every question
+    # it asks the project, so its first pass is also its last (`engine._first_pass`).
+    alone: bool = False
 
 
 def _view(job: Job):
@@ -71,7 +74,8 @@ def _run_job(job: Job) -> FileResult:
         if job.fix:
             return fix_file(job.path, job.raw, job.options, unsafe=job.unsafe, fixable=_fixable_pred(job),
                             project=_view(job))
-        return check_file(job.path, job.raw, job.options, project=_view(job), summarise=job.summarise)
+        return check_file(job.path, job.raw, job.options, project=_view(job), summarise=job.summarise,
+                          alone=job.alone)
     except RecursionError:
         return FileResult(path=job.path, errors=[FileError(job.path, ErrorKind.INTERNAL, "too deeply nested to analyse")])
     except Exception as exc:  # noqa: BLE001

@@ -237,6 +237,7 @@ class ProjectPhase:
         self.cache = SummaryCache(cache_dir() if use_cache else None)
         self.import_lines = ImportLines(cache_dir() if use_cache else None)
         self._seen_files: set[str] = set()
+        self._paths: dict[str, list[str]] = {}  # root → its project's Python files
         self._roots_seen: list[str] = []
         self.abs = {k: os.path.abspath(k) for k in keys}
         self.summaries: dict[str, dict[str, dict]] = {}
@@ -267,6 +268,13 @@ class ProjectPhase:
     def root_of(self, key: str) -> str | None:
         return self.roots.get(key)
 
+    def project_files(self, root: str) -> list[str]:
+        """The Python files of the project at `root` (walked once a run)."""
+        got = self._paths.get(root)
+        if got is None:
+            got = self._paths[root] = project_paths(root)
+        return got
+
     def first_jobs(self, fix: bool) -> list:
         from perflint.engine import LintOptions
         from perflint.jobs import Job
@@ -279,7 +287,8 @@ class ProjectPhase:
             options = self.options_of[k]
             if fix:
                 options = LintOptions(codes=(), target_torch=options.target_torch, prefilter=False)
-            jobs.append(Job(path=k, options=options, raw=self.raws[k], root=root, summarise=True))
+            alone = not fix and len(self.project_files(root)) <= 1 and set(self.project_files(root)) <= {self.abs[k]}
+            jobs.append(Job(path=k, options=options, raw=self.raws[k], root=root, summarise=True, alone=alone))
         return jobs
 
     def take(self, r, root: str | None = None) -> None:
@@ -302,7 +311,7 @@ class ProjectPhase:
         from perflint.jobs import Job, run_jobs
 
         for root in sorted(self.summaries):
-            all_files = set(project_paths(root))
+            all_files = set(self.project_files(root))
             self._seen_files |= all_files
             self._roots_seen.append(root.rstrip(os.sep) + os.sep)
             all_files |= {a for k, a in self.abs.items() if self.roots[k] == root}
