@@ -57,7 +57,8 @@ if __name__ == "__main__":
 
 
 def test_a_file_that_calls_its_own_functions_is_analysed_once(tmp_path, monkeypatch):
-    write(tmp_path, {"pyproject.toml": "", "train.py": TRAIN})
+    # Another file in the project: `train.py` is not alone in it (see the test below).
+    write(tmp_path, {"pyproject.toml": "", "train.py": TRAIN, "utils.py": "def helper():\n    return 1\n"})
     calls = []
     real = engine._analyze
 
@@ -75,3 +76,23 @@ def test_a_file_that_calls_its_own_functions_is_analysed_once(tmp_path, monkeypa
     assert len([n for n in calls if n]) == 1  # the rules ran once; the other walk only summarised
     # the device reached `train`'s copies from `main`
     assert {(row, code) for _, row, _, code, _ in before} >= {(7, "PF105"), (8, "PF105")}
+
+
+def test_a_script_alone_in_its_project_is_analysed_once(tmp_path, monkeypatch):
+    """Its own summary is the whole project: the first pass is also the last, whatever its size."""
+    write(tmp_path, {"pyproject.toml": "", "train.py": TRAIN})
+    calls = []
+    real = engine._analyze
+
+    def counting(text, path, rules, *args, **kwargs):
+        calls.append(len(rules))
+        return real(text, path, rules, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "_analyze", counting)
+    monkeypatch.chdir(tmp_path)
+    alone = _findings(Path("train.py"))
+    assert len([n for n in calls if n]) == 1
+    write(tmp_path, {"utils.py": "def helper():\n    return 1\n"})  # no longer alone: two passes
+    calls.clear()
+    assert _findings(Path("train.py")) == alone
+    assert len([n for n in calls if n]) == 2
