@@ -66,8 +66,11 @@ _PIPELINE_WORDS = re.compile(
 def _in_data_pipeline(facts: Facts, call: cst.Call) -> bool:
     """A training-data file (imports torch, an audio or data library) or an audio/augmentation
     context (names of the enclosing function, class or arguments)."""
-    if any(v.split(".", 1)[0] in _PIPELINE_ROOTS for v in facts.imports.aliases.values()):
+    roots = {v.split(".", 1)[0] for v in facts.imports.aliases.values()}
+    if roots & (_PIPELINE_ROOTS - {"torch"}):
         return True
+    if "torch" in roots and not (facts.module_classes and not facts.dataset_classes):
+        return True  # (a file of model layers and no dataset: numpy there builds a layer's constants)
     names = [code(a.value) for a in call.args[:2]]
     fn = facts.enclosing_function(call)
     if fn is not None:
@@ -111,7 +114,9 @@ class SlowConvolution(Rule):
     (O(N·M)) convolution, typically of a signal with a long impulse response in an audio
     augmentation pipeline. `scipy.signal.convolve` with its default `method="auto"` is never
     flagged: it already switches to FFT for long kernels. Only data-pipeline code is
-    checked: files that import torch, torchaudio, librosa, soundfile, audiomentations … or
+    checked: files that import torchaudio, librosa, soundfile, audiomentations …, or torch
+    (unless the file defines model layers and no dataset: there numpy builds a layer's
+    constants, such as multiwavelet filter coefficients, once), or
     calls inside audio/augmentation code (`__getitem__`, `__call__`, a function, class or
     argument named after audio, waveforms, impulse responses, reverb, augmentation), so
     numerical code such as polynomial products stays quiet. Kernels that are provably short
