@@ -163,6 +163,12 @@ class BlockingHostToDeviceCopy(Rule):
     fresh tensor that nothing else writes. **Unsafe** otherwise (unknown device, unpinned or
     untraceable loader). Never offered for device-to-host copies (`.cpu()`, `.to("cpu")`),
     where `non_blocking=True` can hand back a tensor that is read before the copy lands.
+    A batch cast on the host first (`x.float().cuda()`) is a different case: unless `x`
+    already has that dtype, the cast makes a new tensor in pageable memory, which neither
+    `pin_memory=True` nor `non_blocking=True` reach; the fix copies first and casts on the
+    device (`x.cuda(non_blocking=True).float()`: the same values, and a smaller copy for
+    uint8 images), **unsafe** (the device then holds the batch in its original dtype for
+    the moment of the cast).
 
     ## Applies to
     All torch versions; CUDA targets only (never `cpu`, `mps`, `xpu`, or dtype-only `.to`).
@@ -225,6 +231,22 @@ class BlockingHostToDeviceCopy(Rule):
             if waits_at_once(facts, ctx.node, call):
                 continue  # the step reads back from the GPU before any work: nothing to overlap the copy with
             new = add_arg(call, make_kwarg("non_blocking", "True"))
+            cast = _host_cast(recv)
+            if cast is not None:
+                # `x.float().cuda()`: the cast makes a new, pageable tensor on the host, which no
+                # pinned loader and no `non_blocking` reach: copy first, then cast on the device.
+                moved = add_arg(call.with_changes(func=call.func.with_changes(value=cast.func.value)),
+                                make_kwarg("non_blocking", "True"))
+                fix = self.unsafe(f"Copy with `non_blocking=True`, then `.{call_name(cast)}()` on the device",
+                                  {call: cast.with_changes(func=cast.func.with_changes(value=moved))})
+                yield Violation(
+                    call.func.attr,
+                    f"Blocking host-to-device copy of a batch cast on the host: `.{call_name(cast)}()` makes a new "
+                    f"tensor in pageable memory and `.{name}(...)` waits for its copy on every step; copy first "
+                    f"with `non_blocking=True` and cast on the device",
+                    fix,
+                )
+                continue
             pinned = bool(loaders) and all(
                 literal_value((loader_arg(l, "pin_memory") or cst.Arg(cst.Name("False"))).value) is True
                 for l in loaders
@@ -247,6 +269,19 @@ class BlockingHostToDeviceCopy(Rule):
                 f"waits for the copy on every step {tail}",
                 fix,
             )
+
+
+# Tensor methods that return a copy in another dtype (the tensor itself when it has that
+# dtype already) and take no argument.
+_HOST_CASTS = frozenset({"float", "double", "half", "bfloat16", "long", "int", "short", "bool", "byte", "char"})
+
+
+def _host_cast(recv: cst.BaseExpression) -> cst.Call | None:
+    """`batch.float()` as the receiver of a copy: the cast call, else None."""
+    if isinstance(recv, cst.Call) and not recv.args and isinstance(recv.func, cst.Attribute) \
+            and recv.func.attr.value in _HOST_CASTS:
+        return recv
+    return None
 
 
 def _maybe_project_object(facts: Facts, method: str, loaders: list[cst.Call] | None) -> bool:
