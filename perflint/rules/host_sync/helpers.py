@@ -13,6 +13,7 @@ from perflint.analysis.loops import after_latch
 from perflint.names import dotted
 from perflint.rules.host_sync.values import (
     computed_from_device,
+    copied_to_host,
     cpu_factory,
     device_tensor,
     host_value,
@@ -172,7 +173,7 @@ def item_sync(facts: Facts, call: cst.CSTNode) -> bool:
             and call_name(recv) in ("cpu", "detach", "float", "double") and not recv.args:
         recv = recv.func.value
     return not (host_value(facts, recv) or isinstance(recv, (cst.Integer, cst.Float)) or cpu_factory(facts, recv)
-                or of_data_sized(facts, recv))
+                or of_data_sized(facts, recv) or copied_to_host(facts, recv))
 
 
 def call_sync(facts: Facts, call: cst.Call) -> tuple[str, str] | None:

@@ -27,6 +27,26 @@ def cpu_factory(facts: Facts, expr: cst.BaseExpression) -> bool:
     return not facts.calls_to("torch.set_default_device") and not facts.calls_to("torch.set_default_tensor_type")
 
 
+def copied_to_host(facts: Facts, expr: cst.BaseExpression) -> bool:
+    """A name bound (once) to a chain of tensor methods that went through `.cpu()` with no
+    copy back after it (`correct = pred.eq(y).cpu().sum()`): a CPU tensor, so reading it later
+    costs nothing; the wait was that earlier `.cpu()`."""
+    if not isinstance(expr, cst.Name):
+        return False
+    bs = facts.lookup(expr.value, expr)
+    if len(bs) != 1 or bs[0].how != "expr":
+        return False
+    node = bs[0].node
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and not facts.qualname(node.func):
+        name = call_name(node)
+        if name in ("to", "cuda"):
+            return False
+        if name == "cpu" and not node.args:
+            return True
+        node = node.func.value
+    return False
+
+
 def of_data_sized(facts: Facts, expr: cst.BaseExpression) -> bool:
     """An element of what `.nonzero()`, `torch.unique(...)`, one-argument `torch.where` …
     returned (`idx = mask.nonzero(); idx[k].item()`): sizing that output already waited for
