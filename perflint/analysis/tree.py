@@ -158,9 +158,20 @@ class TreeMixin:
 
     def later_uses(self, name: str, scope: cst.CSTNode, after: int) -> list[cst.Name]:
         """Every `Name` node spelled `name` inside `scope` whose source order is past `after`
-        (an order from `self.order`, e.g. that of the assignment target that binds it)."""
-        return [n for n in self.nodes_within(scope, cst.Name)  # type: ignore[misc]
-                if n.value == name and self.order.get(n, -1) > after]
+        (an order from `self.order`, e.g. that of the assignment target that binds it); not
+        an attribute's name (`torch.utils.data.DataLoader`) nor a keyword (`f(loader=...)`),
+        which read no variable."""
+        out = []
+        for n in self.nodes_within(scope, cst.Name):  # type: ignore[misc]
+            if n.value != name or self.order.get(n, -1) <= after:
+                continue
+            parent = self.parents.get(n)
+            if isinstance(parent, cst.Attribute) and parent.attr is n:
+                continue
+            if isinstance(parent, cst.Arg) and parent.keyword is n:
+                continue
+            out.append(n)
+        return out
 
     @cached_property
     def _subtree_end(self) -> dict[cst.CSTNode, int]:
