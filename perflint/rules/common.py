@@ -420,11 +420,13 @@ def trains_in(facts: Facts, node: cst.CSTNode) -> bool:
 def runs_once(facts: Facts, scope: cst.CSTNode, depth: int = 0) -> bool:
     """`scope` (the module, or the function that builds the loader) runs once per run: the
     module, a `main` function, or a top-level function every call of which in this file sits
-    outside any loop, in code that itself runs once."""
+    outside any loop, in code that itself runs once (or such a method: `_method_runs_once`)."""
     if not isinstance(scope, cst.FunctionDef):
         return True
-    if depth > 3 or facts.enclosing_class(scope) is not None or facts.step_function_kind(scope) is not None:
+    if depth > 3 or facts.step_function_kind(scope) is not None:
         return False
+    if facts.enclosing_class(scope) is not None:
+        return _method_runs_once(facts, scope, depth)
     name = scope.name.value
     if facts.project is not None and facts.parent(scope) is facts.module and not file_trains(facts) \
             and facts.project.called_from_training(name):
@@ -435,6 +437,38 @@ def runs_once(facts: Facts, scope: cst.CSTNode, depth: int = 0) -> bool:
     calls = facts.calls_named(name)
     if not calls:
         return name in ("main", "run", "_main")
+    for c in calls:
+        host = facts.enclosing_function(c) or facts.module
+        if throttled_in_loop(facts, c, host) is not None or not runs_once(facts, host, depth + 1):
+            return False
+    return True
+
+
+def _method_runs_once(facts: Facts, method: cst.FunctionDef, depth: int) -> bool:
+    """A method of a top-level class of a script that does not train and that no other project
+    file imports (so every call of it is in this file), every call `obj.<method>(...)` of
+    which sits outside any loop, in code that runs once (`evaluator.eval()` at the end of
+    an evaluation script)."""
+    cls = facts.enclosing_class(method)
+    if cls is None or facts.parent(method) is not cls.body or facts.parent(cls) is not facts.module \
+            or file_trains(facts) or facts.project is None or facts.project.settings_near().get("imported"):
+        return False
+    name = method.name.value
+    calls = []
+    for c in facts.calls():
+        if not (isinstance(c.func, cst.Attribute) and c.func.attr.value == name):
+            continue
+        recv = c.func.value
+        if isinstance(recv, cst.Name) and recv.value == "self":
+            if facts.enclosing_class(c) is not cls:
+                return False
+        elif facts.instance_class(recv) != f"#{cls.name.value}":
+            if facts.kinds(recv) or facts.instance_class(recv) is not None:
+                continue  # another object's method of that name (`model.eval()`)
+            return False  # an object of unknown class: it may be this one
+        calls.append(c)
+    if not calls:
+        return False
     for c in calls:
         host = facts.enclosing_function(c) or facts.module
         if throttled_in_loop(facts, c, host) is not None or not runs_once(facts, host, depth + 1):
