@@ -48,8 +48,10 @@ class DataParallel(Rule):
     All torch versions; multi-GPU CUDA code. Not in the `else:` of `if
     torch.cuda.is_available():` (CPU only: nothing is replicated), and not in a file that
     does not train when the wrapper is built at module level or in a function run once (a
-    prediction or validation script's `main`); a factory nothing in the file calls is still
-    reported (a training script elsewhere may use it). In a file that trains, not in a
+    prediction or validation script's `main`), nor when the function put the wrapped model in
+    evaluation mode first (`net = net.eval()`, then `nn.DataParallel(net)`: a predictor's
+    loader); a factory nothing in the file calls is still reported (a training script
+    elsewhere may use it). In a file that trains, not in a
     function named for sampling or evaluation (`sample`, `test`, `evaluate`, `generate` …)
     that runs no training step itself. Not in a file that also builds
     `DistributedDataParallel` (DataParallel is then the single-process fallback of a script
@@ -76,6 +78,8 @@ class DataParallel(Rule):
             if not trains:
                 if fn is None or runs_once(facts, fn) or _used_outside_training(facts, fn):
                     continue  # a prediction, indexing or validation tool: no training step
+                if _wraps_an_evaluated_model(facts, call, fn):
+                    continue  # `net = net.eval()` then `nn.DataParallel(net)`: an inference wrapper
             elif fn is not None and _NOT_TRAINING_FN.search(fn.name.value) and not trains_in(facts, fn):
                 continue  # `def sample(self):` wraps the model to sample or evaluate, not to train
             yield Violation(
@@ -83,6 +87,20 @@ class DataParallel(Rule):
                 "`nn.DataParallel` runs all GPUs from one process (GIL-bound, replicates the model "
                 "every step); use `DistributedDataParallel` launched with `torchrun`",
             )
+
+
+def _wraps_an_evaluated_model(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:
+    """The model `nn.DataParallel(model)` wraps was put in evaluation mode (`model.eval()`)
+    earlier in the same function: a predictor that loads weights to run them."""
+    if not call.args:
+        return False
+    wrapped = facts.receiver_text(call.args[0].value)
+    start = facts.order.get(call, 0)
+    return wrapped is not None and any(
+        call_name(c) == "eval" and not c.args and isinstance(c.func, cst.Attribute)
+        and facts.receiver_text(c.func.value) == wrapped and facts.order.get(c, 0) < start
+        and facts.enclosing_function(c) is fn
+        for c in facts.calls_within(fn))
 
 
 def _has_distributed_path(facts: Facts) -> bool:
