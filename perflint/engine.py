@@ -158,7 +158,9 @@ def syntax_check(text: str, path: str) -> FileError | None:
     return _parse(text, path)[1]
 
 
-def _analyze(text: str, path: str, rules, target, project=None, module=None) -> _Analysis | FileError:
+def _analyze(text: str, path: str, rules, target, project=None, module=None, tree=None) -> _Analysis | FileError:
+    """The facts of one file and every rule's findings.  `tree`: the facts of an analysis of
+    the same `module` whose walk this one takes over (that analysis is not used again)."""
     from perflint.analysis import Facts
 
     if module is None:
@@ -166,7 +168,7 @@ def _analyze(text: str, path: str, rules, target, project=None, module=None) -> 
         if err is not None:
             return err
     try:
-        facts = Facts(module, target, project)
+        facts = Facts(module, target, project, tree=tree)
     except RecursionError:
         return FileError(path, ErrorKind.INTERNAL, "file too deeply nested to analyse")
     findings = []
@@ -450,10 +452,10 @@ def _first_pass(result: FileResult, src: Source, rules, options: LintOptions, pr
         return _finish(result, src, bare, options, project)
     result.summary = _summary_of(bare, src.text)
     if result.summary is None:
-        analysis = _analyze(src.text, path, rules, options.target_torch, project, module=bare.module)
+        analysis = _analyze(src.text, path, rules, options.target_torch, project, module=bare.module, tree=bare.facts)
         return _finish(result, src, analysis, options, project)
     view = project.alone(result.summary)
-    analysis = _analyze(src.text, path, rules, options.target_torch, view, module=bare.module)
+    analysis = _analyze(src.text, path, rules, options.target_torch, view, module=bare.module, tree=bare.facts)
     _finish(result, src, analysis, options, view)
     if result.questions:
         result.answers = answers_digest(view.index, path, result.questions, view)

@@ -21,7 +21,8 @@ from perflint.names import ImportTable
 
 class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, FileWideMixin, LoopsMixin,
             GradModeMixin, ThrottlesMixin, HotPathMixin, CrossModuleMixin):
-    def __init__(self, module: cst.Module, target_torch: tuple[int, int] = (2, 4), project=None) -> None:
+    def __init__(self, module: cst.Module, target_torch: tuple[int, int] = (2, 4), project=None,
+                 tree: "Facts | None" = None) -> None:
         self.module = module
         self.target_torch = target_torch
         # A `ProjectView` (analysis.project) when the file is checked as part of a project:
@@ -41,9 +42,30 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, 
         self.functions_by_name: dict[str, list[cst.FunctionDef]] = {}
         self.classes_by_name: dict[str, cst.ClassDef] = {}
         self._memo_kinds: dict[tuple, frozenset[str]] = {}
-        self._walk()
+        if tree is not None and tree.module is module:
+            self._adopt(tree)
+        else:
+            self._walk()
+        self._resolve_imports()
 
     # -- the walk -----------------------------------------------------------------------
+    _TREE_PARTS = ("parents", "order", "_preorder", "index", "bindings", "attr_bindings", "functions_by_name",
+                   "classes_by_name")
+    _TREE_MEMOS = ("_scope_memo", "_subtree_end", "_calls_by_bare_name")
+
+    def _adopt(self, tree: "Facts") -> None:
+        """Take the walk of another Facts of the same module (parents, order, the index, the
+        bindings: nothing there depends on the project), for a second analysis of a file
+        whose first one only summarised it.  `tree` is not used afterwards."""
+        for name in self._TREE_PARTS:
+            setattr(self, name, getattr(tree, name))
+        for name in self._TREE_MEMOS:
+            if name in tree.__dict__:
+                self.__dict__[name] = tree.__dict__[name]
+        base = tree._base_imports
+        self.imports.aliases, self.imports.relative, self.imports.stars = \
+            dict(base.aliases), dict(base.relative), list(base.stars)
+
     def _walk(self) -> None:
         parents = self.parents
         order = self.order
@@ -97,6 +119,15 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, 
             for item in node.items:
                 if item.asname is not None:
                     self._bind_target(item.asname.name, Binding("with", item.item, site=node))
+
+    def _resolve_imports(self) -> None:
+        """What depends on the project: names a star import binds, then module-level aliases
+        (`Loader = DataLoader`) resolved through them.  The imports as the file spells them are
+        kept (`_base_imports`) for another analysis of the same tree."""
+        base = ImportTable()
+        base.aliases, base.relative, base.stars = dict(self.imports.aliases), dict(self.imports.relative), \
+            list(self.imports.stars)
+        self._base_imports = base
         if self.imports.stars:
             self._star_library_names()
         # Module-level re-bindings of imported names: `Loader = DataLoader`.
