@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from perflint.edits import parse_expr
-from perflint.analysis import Facts, call_name, iter_nodes
+from perflint.analysis import Facts, call_name, iter_nodes, literal_value
 from perflint.analysis.hotpath import WhyStep, snippet
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.optim_autograd.helpers import host_only, torch_prefix
@@ -69,7 +69,9 @@ class EvalWithoutNoGrad(Rule):
     in a function decorated by a decorator factory of the file or the project whose decorator
     applies `no_grad`/`inference_mode` (yolov5's `@smart_inference_mode()`) or by a decorator
     of the file whose wrapper calls the function only inside `with torch.no_grad():`
-    (`@nograd`), nor for a loop
+    (`@nograd`), nor after every parameter of the model was frozen in the same function
+    (`model.requires_grad_(False)`, or `p.requires_grad = False` in a loop over its
+    parameters: autograd records nothing), nor for a loop
     over the samples of one batch drawn with `next(iter(loader))` (a sample grid) or a loop
     that returns after its first pass, nor where a comment in the loop or between `.eval()`
     and the loop says autograd must stay on ("# no no_grad here: the hooks need gradients").
@@ -109,6 +111,8 @@ class EvalWithoutNoGrad(Rule):
                 continue
             if facts.grad_context(loop) is not None or self._disabled_before(facts, scope, loop):
                 continue
+            if self._params_frozen(facts, scope, loop, model_text):
+                continue  # `for p in model.parameters(): p.requires_grad = False` before the loop: nothing is recorded
             if self._autograd_on_purpose(facts, loop) or self._train_between(facts, scope, eval_call, loop, model_text):
                 continue
             if facts.over_one_batch(loop) or facts.once_only(loop):
@@ -188,6 +192,34 @@ class EvalWithoutNoGrad(Rule):
             if call_name(call) == "train" and isinstance(call.func, cst.Attribute) and \
                     facts.receiver_text(call.func.value) == model_text and lo < facts.order.get(call, 0) < hi:
                 return True
+        return False
+
+    @staticmethod
+    def _params_frozen(facts: Facts, scope: cst.CSTNode, loop: cst.CSTNode, model_text: str) -> bool:
+        """Before the loop, in the same scope, the model's parameters were all frozen:
+        `model.requires_grad_(False)`, or a loop over `model.parameters()` /
+        `model.named_parameters()` that sets `requires_grad = False` on each.  With no input
+        that requires grad either, autograd records nothing: `no_grad` would change nothing."""
+        start = facts.order.get(loop, 0)
+        for call in facts.calls_within(scope):
+            if facts.order.get(call, 0) >= start or facts.enclosing_function(call) is not facts.enclosing_function(loop):
+                continue
+            if not isinstance(call.func, cst.Attribute) or facts.receiver_text(call.func.value) != model_text:
+                continue
+            name = call_name(call)
+            if name == "requires_grad_" and call.args and literal_value(call.args[0].value) is False:
+                return True
+            if name in ("parameters", "named_parameters"):
+                header = facts.parent(call)
+                if not (isinstance(header, cst.For) and header.iter is call):
+                    continue
+                targets = [n.value for n in iter_nodes(header.target) if isinstance(n, cst.Name)]
+                for node in iter_nodes(header.body):
+                    if isinstance(node, cst.Assign) and literal_value(node.value) is False and any(
+                            isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
+                            and isinstance(t.target.value, cst.Name) and t.target.value.value in targets
+                            for t in node.targets):
+                        return True
         return False
 
     @staticmethod
