@@ -91,16 +91,21 @@ class DataParallel(Rule):
 
 def _wraps_an_evaluated_model(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:
     """The model `nn.DataParallel(model)` wraps was put in evaluation mode (`model.eval()`)
-    earlier in the same function: a predictor that loads weights to run them."""
+    earlier in the same function, on every path to the wrapper (in a block that holds it, not
+    in another branch): a predictor that loads weights to run them."""
     if not call.args:
         return False
     wrapped = facts.receiver_text(call.args[0].value)
     start = facts.order.get(call, 0)
-    return wrapped is not None and any(
-        call_name(c) == "eval" and not c.args and isinstance(c.func, cst.Attribute)
-        and facts.receiver_text(c.func.value) == wrapped and facts.order.get(c, 0) < start
-        and facts.enclosing_function(c) is fn
-        for c in facts.calls_within(fn))
+    for c in facts.calls_within(fn):
+        if not (call_name(c) == "eval" and not c.args and isinstance(c.func, cst.Attribute)
+                and facts.receiver_text(c.func.value) == wrapped and facts.order.get(c, 0) < start
+                and facts.enclosing_function(c) is fn):
+            continue
+        where = facts.block_of(c)
+        if where is not None and facts.is_inside(call, where[0]):
+            return True
+    return False
 
 
 def _has_distributed_path(facts: Facts) -> bool:
