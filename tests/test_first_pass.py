@@ -56,10 +56,9 @@ if __name__ == "__main__":
 """
 
 
-def test_a_file_that_calls_its_own_functions_is_analysed_once(tmp_path, monkeypatch):
-    # Another file in the project: `train.py` is not alone in it (see the test below).
-    write(tmp_path, {"pyproject.toml": "", "train.py": TRAIN, "utils.py": "def helper():\n    return 1\n"})
-    calls = []
+def _count_rule_passes(monkeypatch) -> list:
+    """A list that receives, for every analysis of a file, the number of rules it ran."""
+    calls: list = []
     real = engine._analyze
 
     def counting(text, path, rules, *args, **kwargs):
@@ -67,6 +66,13 @@ def test_a_file_that_calls_its_own_functions_is_analysed_once(tmp_path, monkeypa
         return real(text, path, rules, *args, **kwargs)
 
     monkeypatch.setattr(engine, "_analyze", counting)
+    return calls
+
+
+def test_a_file_that_calls_its_own_functions_is_analysed_once(tmp_path, monkeypatch):
+    # Another file in the project: `train.py` is not alone in it (see the test below).
+    write(tmp_path, {"pyproject.toml": "", "train.py": TRAIN, "utils.py": "def helper():\n    return 1\n"})
+    calls = _count_rule_passes(monkeypatch)
     monkeypatch.chdir(tmp_path)
     before = _findings(Path("train.py"))
     assert len([n for n in calls if n]) == 2  # the rules ran twice: alone, then with the project
@@ -81,14 +87,7 @@ def test_a_file_that_calls_its_own_functions_is_analysed_once(tmp_path, monkeypa
 def test_a_script_alone_in_its_project_is_analysed_once(tmp_path, monkeypatch):
     """Its own summary is the whole project: the first pass is also the last, whatever its size."""
     write(tmp_path, {"pyproject.toml": "", "train.py": TRAIN})
-    calls = []
-    real = engine._analyze
-
-    def counting(text, path, rules, *args, **kwargs):
-        calls.append(len(rules))
-        return real(text, path, rules, *args, **kwargs)
-
-    monkeypatch.setattr(engine, "_analyze", counting)
+    calls = _count_rule_passes(monkeypatch)
     monkeypatch.chdir(tmp_path)
     alone = _findings(Path("train.py"))
     assert len([n for n in calls if n]) == 1
