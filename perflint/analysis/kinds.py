@@ -35,6 +35,7 @@ _CHEAP_CALLS = {
     "randint", "randrange", "choice", "random", "ones_like", "zeros_like", "full_like", "contiguous", "numpy", "items",
     "keys", "values", "isinstance", "str", "abs", "round", "sum", "ones", "zeros", "full", "arange", "enumerate",
     "int64", "int32", "float32", "where", "nonzero", "flatten", "permute", "transpose", "clamp", "clip",
+    "toarray", "todense",  # one row of an in-memory sparse matrix made dense
 }
 _PAD_CALLS = {"pad_sequence", "pad", "sorted", "append", "extend", "max", "fill_", "new_full", "new_zeros",
               "masked_fill", "masked_fill_", "Tensor", "default_collate"}
