@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -54,6 +55,28 @@ def _batches_never_copied(facts: Facts, call: cst.Call) -> bool:
     return True
 
 
+_COMMENTED_PIN = re.compile(r"\bpin_memory\s*=")
+
+
+def _comments(node: cst.CSTNode):
+    """Every comment inside `node`, whitespace included (the facts' walk skips it)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.Comment):
+            yield n.value
+        stack.extend(n.children)
+
+
+def _pinning_commented_out(facts: Facts, call: cst.Call) -> bool:
+    """A comment among the loader's arguments, or after its statement, holds a `pin_memory=`
+    argument (`# pin_memory=True,`): the author turned pinning off on purpose."""
+    stmt = facts.statement_of(call)
+    trailing = stmt.trailing_whitespace.comment if isinstance(stmt, cst.SimpleStatementLine) else None
+    found = list(_comments(call)) + ([trailing.value] if trailing is not None else [])
+    return any(_COMMENTED_PIN.search(c) for c in found)
+
+
 class DataLoaderNoPinMemory(Rule):
     """
     ## What it does
@@ -104,7 +127,10 @@ class DataLoaderNoPinMemory(Rule):
     training, a sample every N steps, a function every caller of which in the project is
     code that does not train; see PF101), nor for the loader of one arm of an `if` on
     the number of workers whose other arm pins (`if num_workers > 0: DataLoader(...,
-    pin_memory=True) else: DataLoader(...)`: the author pins only where workers load).
+    pin_memory=True) else: DataLoader(...)`: the author pins only where workers load), nor
+    for a loader whose arguments hold a commented-out `pin_memory` (`# pin_memory=True,`:
+    the author turned it off), nor when the `collate_fn` batches DGL graphs, which
+    `pin_memory` cannot pin.
 
     ## References
     - PyTorch tutorial "A guide on good usage of non_blocking and pin_memory() in PyTorch"
@@ -136,6 +162,8 @@ class DataLoaderNoPinMemory(Rule):
                 continue  # `if num_workers > 0: DataLoader(..., pin_memory=True) else: DataLoader(...)`
             if graph_collator(facts, opts.get("collate_fn")):
                 continue  # the batch is a DGL graph: pinning leaves it (and its features) pageable
+            if _pinning_commented_out(facts, call):
+                continue  # `# pin_memory=True,` among the arguments: the author turned it off
             new = add_arg(call, make_kwarg("pin_memory", "True"))
             plan_msg = "Add `pin_memory=True`"
             if collate == "cpu" and dataset == "cpu" and not has_splat(call):
