@@ -67,3 +67,15 @@ NOT_LITERAL = _NOT_LITERAL
 
 
 # ----------------------------------------------------------------------------------------
+
+
+def comments_in(node: cst.CSTNode):
+    """The text of every comment inside `node`, whitespace included (the facts' walk skips
+    whitespace: ask here)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.Comment):
+            yield n.value
+        else:
+            stack.extend(n.children)

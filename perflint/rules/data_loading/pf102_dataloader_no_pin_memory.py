@@ -9,6 +9,7 @@ import libcst as cst
 
 from perflint.edits import add_arg, make_kwarg
 from perflint.analysis import Facts, call_name, has_splat
+from perflint.analysis.syntax import comments_in
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import trains_in
 from perflint.rules.data_loading.helpers import (
@@ -58,22 +59,12 @@ def _batches_never_copied(facts: Facts, call: cst.Call) -> bool:
 _COMMENTED_PIN = re.compile(r"\bpin_memory\s*=")
 
 
-def _comments(node: cst.CSTNode):
-    """Every comment inside `node`, whitespace included (the facts' walk skips it)."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, cst.Comment):
-            yield n.value
-        stack.extend(n.children)
-
-
 def _pinning_commented_out(facts: Facts, call: cst.Call) -> bool:
     """A comment among the loader's arguments, or after its statement, holds a `pin_memory=`
     argument (`# pin_memory=True,`): the author turned pinning off on purpose."""
     stmt = facts.statement_of(call)
     trailing = stmt.trailing_whitespace.comment if isinstance(stmt, cst.SimpleStatementLine) else None
-    found = list(_comments(call)) + ([trailing.value] if trailing is not None else [])
+    found = list(comments_in(call)) + ([trailing.value] if trailing is not None else [])
     return any(_COMMENTED_PIN.search(c) for c in found)
 
 

@@ -9,6 +9,7 @@ import libcst as cst
 
 from perflint.edits import parse_expr
 from perflint.analysis import Facts, call_name, iter_nodes, literal_value
+from perflint.analysis.syntax import comments_in
 from perflint.analysis.hotpath import WhyStep, snippet
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.optim_autograd.helpers import host_only, torch_prefix
@@ -175,15 +176,7 @@ class EvalWithoutNoGrad(Rule):
                 if any(facts.order.get(n, -1) >= start for n in (stmt, *facts.calls_within(stmt))) or \
                         eval_call in facts.calls_within(stmt):
                     regions.append(stmt)
-        stack = list(regions)
-        while stack:
-            node = stack.pop()
-            if isinstance(node, cst.Comment):
-                if _KEEP_GRAD.search(node.value):
-                    return True
-                continue
-            stack.extend(node.children)
-        return False
+        return any(_KEEP_GRAD.search(text) for region in regions for text in comments_in(region))
 
     @staticmethod
     def _train_between(facts: Facts, scope, eval_call, loop, model_text: str) -> bool:
