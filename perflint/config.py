@@ -10,7 +10,7 @@ spelling:
 The target torch version is `--target-torch`, else `target-torch` in the configuration,
 else the lower bound of the project's declared torch requirement (the nearest
 pyproject.toml's dependencies, optional dependencies and dependency groups, then
-requirements*.txt beside it, setup.cfg / setup.py, conda environment*.yml, requirements files one
+requirements*.txt beside it, setup.cfg / setup.py, conda environment*.yml, cog.yaml, requirements files one
 folder down; else the lowest torch version the README, install notes or Dockerfiles name),
 else 2.4.  It is never the installed torch.
 
@@ -408,6 +408,17 @@ def _conda_bound(project_dir: Path) -> tuple[tuple[int, int], Path] | None:
     return found
 
 
+# Replicate's cog.yaml lists the image's pip packages: `python_packages: - "torch==1.10.0"`.
+_COG_REQ = re.compile(r"^\s*-\s*[\"']?torch\s*(?:==|>=|~=)\s*v?(\d+)\.(\d+)", re.M)
+
+
+def _cog_bound(project_dir: Path) -> tuple[tuple[int, int], Path] | None:
+    """The torch a `cog.yaml` installs (the lowest where it names several)."""
+    path = project_dir / "cog.yaml"
+    found = [(int(m.group(1)), int(m.group(2))) for m in _COG_REQ.finditer(_read_text(path))]
+    return (min(found), path) if found else None
+
+
 # Where no machine-readable requirement bounds torch, the project's Dockerfiles and install
 # notes often do: a `pytorch/pytorch:1.7.0-…` base image, `pip install torch==1.13.1`, or a
 # README's "PyTorch 1.13 or later" / "PyTorch >= 1.3".  The lowest such version is taken: a
@@ -495,7 +506,7 @@ def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int]
     setup = _setup_requirements(project_dir)
     if setup is not None:
         return torch_lower_bound(setup[0]), f"{setup[1]} torch requirement"
-    conda = _conda_bound(project_dir)
+    conda = _conda_bound(project_dir) or _cog_bound(project_dir)
     if conda is not None:
         return conda[0], f"{conda[1]} torch requirement"
     # One folder down only at a project's root (a marker beside it): never from a folder

@@ -15,9 +15,9 @@ from perflint.diagnostics import Severity
 from perflint.engine import LintOptions
 from perflint.selection import ignored_for_path, selected_codes, severity_of
 
-_TEST_CONTENT = re.compile(
-    rb"^[ \t]*(?:import[ \t]+(?:pytest|unittest)\b|from[ \t]+(?:pytest|unittest|_pytest)\b"
-    rb"|(?:async[ \t]+)?def[ \t]+test\w*[ \t]*\(|class[ \t]+Test\w*\b)", re.M)
+_TEST_IMPORT = re.compile(rb"^[ \t]*(?:import[ \t]+(?:pytest|unittest)\b|from[ \t]+(?:pytest|unittest|_pytest)\b)", re.M)
+_TEST_DEFS = re.compile(rb"^[ \t]*(?:(?:async[ \t]+)?def[ \t]+test\w*[ \t]*\(|class[ \t]+Test\w*\b)", re.M)
+_MAIN_GUARD = re.compile(rb"^if[ \t]+__name__[ \t]*==[ \t]*['\"]__main__['\"][ \t]*:", re.M)
 _TEST_FOLDERS = {"tests", "test", "testing"}
 
 
@@ -27,7 +27,8 @@ def is_test_file(path: Path, source: bytes | None = None, root: str | None = Non
 
     The name alone is not enough (`train_test.py` is often a training script): the file must
     also sit in a `tests/` folder, import pytest or unittest, or define `test_*` functions
-    or `Test*` classes. Test code runs a few steps on tiny inputs on purpose
+    or `Test*` classes without running as a script (no `if __name__ == "__main__":`: a
+    training script named `*_test.py` with `train()` and `test()` functions is no test). Test code runs a few steps on tiny inputs on purpose
     (`num_workers=0`, an `.item()` per assertion): performance warnings there are noise, so
     only error-severity rules (code that is wrong, not slow) apply, unless `lint-tests = true`.
     """
@@ -48,7 +49,11 @@ def is_test_file(path: Path, source: bytes | None = None, root: str | None = Non
         from perflint.analysis.project import read_regular
 
         source = read_regular(str(path)) or b""
-    return _TEST_CONTENT.search(source) is not None
+    if _TEST_IMPORT.search(source):
+        return True
+    # `def test(...)` in a script run as `__main__` (`pmnist_test.py`: train() and test() per
+    # epoch, no test framework) is the script's evaluation, not a test for pytest to collect.
+    return _TEST_DEFS.search(source) is not None and _MAIN_GUARD.search(source) is None
 
 
 def _severity(code: str) -> Severity:

@@ -38,6 +38,13 @@ for x in loader:
         # Named like a test, but a training script: linted in full.
         ("train_test.py", BOTH, False),
         ("test_train.py", BOTH, False),
+        # A script with `train()` and `test()` run per epoch from `__main__` (TCN's
+        # `pmnist_test.py`): a `def test` is not enough; a pytest file run as a script is still one.
+        ("pmnist_test.py", "def train():\n    pass\n\ndef test():\n    pass\n\n"
+                           "if __name__ == \"__main__\":\n    train()\n    test()\n", False),
+        ("model_test.py", "def test():\n    pass\n", True),
+        ("model_test.py", "import pytest\n\ndef test_a():\n    pass\n\nif __name__ == '__main__':\n    pytest.main()\n",
+         True),
         ("train.py", "import pytest\n", False),
         ("testing_utils.py", "import pytest\n", False),
         ("latest.py", "", False),

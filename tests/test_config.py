@@ -242,6 +242,9 @@ def _pf402(root: Path, *args: str) -> bool:
           "environment_cpu.yml": "dependencies:\n  - pytorch=2.6.0\n"}, False),
         ({"environment_gpu.yml": "dependencies:\n  - pytorch=2.5.1\n"}, True),
         ({"installation/requirements.txt": "torch==1.4.0\n"}, False),
+        # Replicate's cog.yaml: the pip packages of the image it builds.
+        ({"cog.yaml": 'build:\n  python_packages:\n    - "torchvision==0.11.1"\n    - "torch==1.10.0"\n'}, False),
+        ({"cog.yaml": 'build:\n  python_packages:\n    - "torch==2.5.1"\n'}, True),
         # Nothing machine-readable: the lowest torch the README, install notes or Dockerfiles name.
         ({"README.md": "## Setup\n\n1. Install PyTorch 1.13 or later\n"}, False),
         ({"INSTALL.md": "Requirements\n- Python >= 3.8\n- PyTorch >= 1.3\n"}, False),

@@ -241,9 +241,10 @@ class BlockingHostToDeviceCopy(Rule):
                                   {call: cast.with_changes(func=cast.func.with_changes(value=moved))})
                 yield Violation(
                     call.func.attr,
-                    f"Blocking host-to-device copy of a batch cast on the host: `.{call_name(cast)}()` makes a new "
-                    f"tensor in pageable memory and `.{name}(...)` waits for its copy on every step; copy first "
-                    f"with `non_blocking=True` and cast on the device",
+                    f"Blocking host-to-device copy of a batch cast on the host: `.{name}(...)` waits for the copy "
+                    f"on every step, and `.{call_name(cast)}()` before it makes a new tensor in pageable memory "
+                    f"unless the batch already has that dtype; copy first with `non_blocking=True` (from a pinned "
+                    f"DataLoader) and cast on the device",
                     fix,
                 )
                 continue

@@ -70,7 +70,8 @@ class DeprecatedAmpApi(Rule):
     `torch.amp.custom_fwd(device_type=…)` since 2.4). In a file that keeps torch 1.x code
     paths (`torch.__version__` switches, `torch._six` imports) the finding comes without a
     rewrite: with no declared bound the 2.4 default is a guess, and the new API would break
-    the versions the code still supports.
+    the versions the code still supports. Not in the `except` of a `try` that already uses
+    `torch.amp` (a fallback for a torch that lacks it, which a torch of the target never runs).
 
     ## References
     - `torch/cuda/amp/autocast_mode.py`, `torch/cuda/amp/grad_scaler.py` (2.13)
@@ -198,7 +199,7 @@ class DeprecatedAmpApi(Rule):
                     if isinstance(parent, (cst.ImportAlias, cst.AsName)):
                         continue
                     refs.append(node)
-        return refs
+        return [r for r in refs if not _fallback_of_new_api(facts, r)]
 
     @staticmethod
     def _use_site(facts: Facts, ref: cst.CSTNode):
@@ -255,3 +256,20 @@ def _names_in(facts: Facts, names: set[str]) -> Iterator[cst.Name]:
     for node in facts.index[cst.Assign]:
         if isinstance(node.value, cst.Name) and node.value.value in names:
             yield node.value
+
+
+def _fallback_of_new_api(facts: Facts, ref: cst.CSTNode) -> bool:
+    """The old API in an `except` of a `try` that uses the new one (`try: torch.amp.GradScaler(
+    device=d) except (AttributeError, TypeError): torch.cuda.amp.GradScaler()`): a fallback
+    for a torch without `torch.amp`, which never runs where the advice applies."""
+    node = ref
+    while node is not None and not isinstance(node, cst.ExceptHandler):
+        node = facts.parent(node)
+    if node is None:
+        return False
+    tried = facts.parent(node)
+    if not isinstance(tried, cst.Try):
+        return False
+    return any((facts.qualname(a) or "").startswith("torch.amp.")
+               for a in facts.nodes_within(tried.body, cst.Attribute))
+
