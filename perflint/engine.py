@@ -176,7 +176,8 @@ def _analyze(text: str, path: str, rules, target, project=None, module=None, tre
     for rule in rules:
         try:
             for v in rule.check(facts):
-                findings.append((rule, v))
+                if not facts.never_runs(v.node):  # a branch no run takes (`else:` of an always-true option)
+                    findings.append((rule, v))
         except Exception as exc:  # noqa: BLE001 - one broken rule must not take the run down
             import traceback
 

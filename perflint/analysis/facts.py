@@ -147,14 +147,15 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, 
         project says what each star-imported module binds; without it (a module summarised
         on its own, a module outside the project) the conventional names (`torch`, `nn`,
         `F`, `np`, `optim`, `DataLoader`, `Dataset`) that the file uses but never binds are
-        taken for what they conventionally are."""
+        taken for what they conventionally are, unless a star-imported project module
+        defines the name itself (a project `class DataLoader`)."""
         found = dict(self.project.star_aliases()) if self.project is not None else {}
         for local, full in _CONVENTIONAL.items():
             found.setdefault(local, full)
         bound = {name for names in self.bindings.values() for name in names} | set(self.functions_by_name) \
             | set(self.classes_by_name)
         for local, full in found.items():
-            if local not in self.imports.aliases and local not in self.imports.relative and local not in bound:
+            if full and local not in self.imports.aliases and local not in self.imports.relative and local not in bound:
                 self.imports.aliases[local] = full
 
 

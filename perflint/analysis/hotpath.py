@@ -116,6 +116,8 @@ class HotPathMixin:
         fn = region if isinstance(region, cst.FunctionDef) else self.enclosing_function(region)
         if fn is not None and fn.name.value == "validation_step":
             return [WhyStep(fn, "Lightning runs `validation_step` during `fit`")]
+        if self.trains and self.runs_instead_of_training(region):
+            return None
         if self.trains:
             loop = next(iter(self.training_loops()), None)
             if loop is not None:
@@ -234,6 +236,44 @@ class HotPathMixin:
                 for b in self.lookup(n.value, n):
                     if b.how == "expr" and isinstance(b.node, cst.Call) and call_name(b.node) == "next":
                         return True
+        return False
+
+    def runs_instead_of_training(self, region: cst.CSTNode) -> bool:
+        """The top-level function around `region` is a run mode of its own: it trains nothing,
+        and every use of its name in the file is a call in one arm of an `if` whose other arm
+        calls a function of the file that trains (`if not args.eval: train(args) else:
+        test(args)`), so it never runs while the model trains."""
+        top = region if isinstance(region, cst.FunctionDef) else self.enclosing_function(region)
+        while top is not None and self.parent(top) is not self.module:
+            top = self.enclosing_function(top)
+        if top is None or any(self.is_inside(loop, top) for loop in self.training_loops()):
+            return False
+        name = top.name.value
+        calls = self.calls_named(name)
+        uses = [n for n in self.index[cst.Name] if n.value == name and n is not top.name]
+        if not calls or len(uses) != len(calls):
+            return False  # never called here, or handed around by name
+        return all(self._other_arm_trains(c) for c in calls)
+
+    def _other_arm_trains(self, call: cst.Call) -> bool:
+        """The `if` arm holding `call` has a sibling arm that calls a function of the file
+        with a training loop in it."""
+        cur: cst.CSTNode = call
+        for anc in self.ancestors(call):
+            if isinstance(anc, cst.FunctionDef):
+                return False
+            if isinstance(anc, cst.If) and (cur is anc.body or cur is anc.orelse):
+                other = anc.orelse if cur is anc.body else anc.body
+                if other is None:
+                    return False
+                for c in self.calls_within(other):
+                    if isinstance(c.func, cst.Name):
+                        for fn in self.functions_by_name.get(c.func.value, ()):
+                            if self.parent(fn) is self.module and any(self.is_inside(loop, fn)
+                                                                      for loop in self.training_loops()):
+                                return True
+                return False
+            cur = anc
         return False
 
     def once_only(self, loop: cst.CSTNode) -> bool:

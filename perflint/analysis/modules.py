@@ -156,7 +156,8 @@ class ModuleResolver:
     def star_aliases(self, path: str, depth: int = 0) -> dict[str, str]:
         """Library names (`torch`, `nn`, `np` …) that `path`'s star imports of project modules
         bind: each module's top-level library imports, as its `__all__` lets them through,
-        and what its own star imports bind in turn."""
+        and what its own star imports bind in turn.  A name the module defines itself (its
+        own `class DataLoader`) maps to "": no library name, whatever it is conventionally."""
         key = ("stars", path, depth)
         if key in self._memo:
             return self._memo[key]
@@ -168,6 +169,8 @@ class ModuleResolver:
             summary = self.summaries.get(target) or {}
             names = dict(self.star_aliases(target, depth + 1))
             names.update(summary.get("libs", {}))
+            for defined in (*summary.get("classes", {}), *summary.get("functions", {})):
+                names[defined] = ""
             exported = summary.get("all")
             for k, v in names.items():
                 if (exported is None or k in exported) and not k.startswith("_"):

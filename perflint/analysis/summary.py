@@ -35,7 +35,7 @@ from perflint.analysis.syntax import NOT_LITERAL, call_name, get_arg, has_splat,
 from perflint.analysis.vocab import DATALOADER, _OPTION_ROOTS
 from perflint.names import ImportTable, dotted
 
-SUMMARY_VERSION = 7
+SUMMARY_VERSION = 8
 # Import roots that are never the project's own modules.
 LIBRARY_ROOTS = frozenset({
     "torch", "numpy", "np", "scipy", "torchvision", "torchaudio", "transformers", "accelerate", "timm", "os", "sys",
@@ -52,6 +52,22 @@ _API = re.compile(
     r"multi_head_attention_forward)|torch\.(matmul|mm|bmm|addmm|baddbmm|addbmm|einsum|chain_matmul|conv[123]d)|"
     r"torchvision\.models\.[\w.]+|timm\.create_model|torch\.hub\.load|transformers\.[\w.]+\.from_pretrained)$"
 )
+# Among a body's APIs: it builds or calls a convolution whose kernel is not known to be 1
+# (what a conv layer of kernel size 1 does is a plain matrix product: PF406's autotuner has
+# nothing to choose for it).
+WIDE_CONV = "conv:wide"
+
+
+def _wide_conv(call: cst.Call, q: str) -> bool:
+    last = q.rsplit(".", 1)[-1].lower()
+    if not (last.startswith("conv") or last.startswith("lazyconv")):
+        return False
+    if not q.startswith("torch.nn.") or q.startswith("torch.nn.functional."):
+        return True  # `F.conv2d(x, weight)`: the kernel is the weight's
+    arg = get_arg(call, "kernel_size", 1 if last.startswith("lazyconv") else 2)
+    return arg is None or literal_value(arg.value) not in (1, (1,), (1, 1), (1, 1, 1))
+
+
 _DEVICE_KINDS = {"device_cuda", "device_cpu", "device_other"}
 _FRAMEWORKS = {"accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "colossalai", "composer"}
 _JSON_SCALARS = (int, float, str, bool, type(None))
@@ -127,6 +143,8 @@ def _body_info(facts, container: cst.CSTNode) -> dict:
         q = facts.qualname(call.func)
         if q is not None and _API.match(q):
             apis.add(q)
+            if _wide_conv(call, q):
+                apis.add(WIDE_CONV)
             continue
         if isinstance(call.func, (cst.Subscript, cst.Call)):
             for v in facts.factory_choices(call.func) or ():  # `ARCHS[name](...)`: every choice

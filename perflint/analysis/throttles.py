@@ -5,16 +5,92 @@ node sits behind."""
 from __future__ import annotations
 
 import re
+from functools import cached_property
 
 import libcst as cst
 
-from perflint.analysis.syntax import call_name
+from perflint.analysis.syntax import call_name, get_arg, literal_value
 from perflint.analysis.tree import _iter_expr
 from perflint.analysis.vocab import _BOUND_NAMES, _OPTION_ROOTS, _THROTTLE_NAMES
 from perflint.names import dotted
 
 
 class ThrottlesMixin:
+    @cached_property
+    def always_true_options(self) -> frozenset[str]:
+        """Options of this file's argparse that are true on every run: `type=bool` with a true
+        default (argparse's `bool("False")` is True, so no command line makes it false), or
+        `action="store_true"` with a true default."""
+        out = set()
+        for call in self.calls():
+            if call_name(call) != "add_argument" or not isinstance(call.func, cst.Attribute):
+                continue
+            default = get_arg(call, "default")
+            kind = get_arg(call, "type")
+            action = get_arg(call, "action")
+            if default is None or literal_value(default.value) is not True:
+                continue
+            if not ((kind is not None and isinstance(kind.value, cst.Name) and kind.value.value == "bool"
+                     and not self.lookup("bool", call) and action is None)
+                    or (action is not None and literal_value(action.value) == "store_true")):
+                continue
+            dest = get_arg(call, "dest")
+            if dest is not None and isinstance(literal_value(dest.value), str):
+                out.add(literal_value(dest.value))
+                continue
+            for a in call.args:
+                v = literal_value(a.value) if a.keyword is None else None
+                if isinstance(v, str) and v.startswith("--"):
+                    out.add(v[2:].replace("-", "_"))
+                    break
+        return frozenset(out)
+
+    @cached_property
+    def opt_out_flags(self) -> frozenset[str]:
+        """What this file's argparse lets a user switch off: `--no-prefetcher` / `--disable-amp`
+        (`action="store_true"`, no true default) gives "prefetcher" / "amp"."""
+        out = set()
+        for call in self.calls():
+            if call_name(call) != "add_argument" or not isinstance(call.func, cst.Attribute):
+                continue
+            action = get_arg(call, "action")
+            default = get_arg(call, "default")
+            if action is None or literal_value(action.value) != "store_true" \
+                    or (default is not None and literal_value(default.value) is not False):
+                continue
+            for a in call.args:
+                v = literal_value(a.value) if a.keyword is None else None
+                if isinstance(v, str) and v.startswith("--"):
+                    flag = v[2:].replace("-", "_")
+                    for prefix in ("no_", "disable_"):
+                        if flag.startswith(prefix) and len(flag) > len(prefix):
+                            out.add(flag[len(prefix):])
+        return frozenset(out)
+
+    def never_runs(self, node: cst.CSTNode) -> bool:
+        """`node` sits in a branch no run takes: the `else:` of `if args.flag:` (or the body of
+        `if not args.flag:`) for an option of `always_true_options`; or in the slow path a user
+        opts into: the body of `if not args.prefetcher:` or `if args.no_prefetcher:` where
+        `--no-prefetcher` switches it off (`opt_out_flags`)."""
+        if not self.always_true_options and not self.opt_out_flags:
+            return False
+        cur = node
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.If):
+                test, negated = anc.test, False
+                while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                    test, negated = test.expression, not negated
+                name = (dotted(test) or "").rsplit(".", 1)[-1] if self.is_option_test(test) else None
+                if name is not None and (cur is anc.body or cur is anc.orelse):
+                    if name in self.always_true_options and (cur is anc.orelse) != negated:
+                        return True
+                    opted_out = (negated and name in self.opt_out_flags) or (
+                        not negated and any(name == p + f for p in ("no_", "disable_") for f in self.opt_out_flags))
+                    if opted_out and cur is anc.body:
+                        return True
+            cur = anc
+        return False
+
     def is_option_test(self, test: cst.BaseExpression) -> bool:
         """`if args.debug:`, `if not config.fast:`, `if self.args.sync:` — a user option."""
         while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):

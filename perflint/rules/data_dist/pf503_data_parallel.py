@@ -10,7 +10,7 @@ import libcst as cst
 from perflint.analysis import Facts, call_name, iter_nodes, literal_value
 from perflint.names import dotted
 from perflint.rules.base import Rule, Violation
-from perflint.rules.common import file_trains, is_training_file, runs_once, trains_in
+from perflint.rules.common import file_trains, is_training_file, runs_once, throttled_in_loop, trains_in
 
 
 class DataParallel(Rule):
@@ -50,12 +50,15 @@ class DataParallel(Rule):
     does not train when the wrapper is built at module level or in a function run once (a
     prediction or validation script's `main`), nor when the function put the wrapped model in
     evaluation mode first (`net = net.eval()`, then `nn.DataParallel(net)`: a predictor's
-    loader); a factory nothing in the file calls is still reported (a training script
+    loader) or right after, in its own body (`net = nn.DataParallel(net)` … `net.eval()`, with
+    no `.train()` in the function); a factory nothing in the file calls is still reported (a training script
     elsewhere may use it). In a file that trains, not in a
     function named for sampling or evaluation (`sample`, `test`, `evaluate`, `generate` …)
     that runs no training step itself. Not in a file that also builds
     `DistributedDataParallel` (DataParallel is then the single-process fallback of a script
-    that has the DDP path), nor under `if flag:` with `flag` bound only to False.
+    that has the DDP path), nor under `if flag:` with `flag` bound only to False, nor for a
+    wrapper every later use of which sits under a throttle in a loop (`sampler =
+    nn.DataParallel(sampler)` called only `if step % args.sample_step == 0:`).
 
     ## References
     - `torch.nn.DataParallel` documentation
@@ -82,6 +85,8 @@ class DataParallel(Rule):
                     continue  # `net = net.eval()` then `nn.DataParallel(net)`: an inference wrapper
             elif fn is not None and _NOT_TRAINING_FN.search(fn.name.value) and not trains_in(facts, fn):
                 continue  # `def sample(self):` wraps the model to sample or evaluate, not to train
+            if _used_only_now_and_then(facts, call, fn or facts.module):
+                continue  # `sampler = nn.DataParallel(sampler)` used only under `if step % N == 0:`
             yield Violation(
                 call,
                 "`nn.DataParallel` runs all GPUs from one process (GIL-bound, replicates the model "
@@ -105,7 +110,43 @@ def _wraps_an_evaluated_model(facts: Facts, call: cst.Call, fn: cst.FunctionDef)
         where = facts.block_of(c)
         if where is not None and facts.is_inside(call, where[0]):
             return True
-    return False
+    return _evaluated_after(facts, call, fn)
+
+
+def _evaluated_after(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:
+    """`net = nn.DataParallel(net).to(device)` (or `obj.model = …`), then `net.eval()` in a
+    statement of the function's own body after it, in a function that puts nothing in
+    training mode (`.train()`): the loader of a predictor."""
+    stmt = facts.statement_of(call)
+    assign = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return False
+    target = facts.receiver_text(assign.targets[0].target)
+    start = facts.order.get(call, 0)
+    evaluated = False
+    for c in facts.calls_within(fn):
+        if call_name(c) == "train" and isinstance(c.func, cst.Attribute):
+            return False
+        if call_name(c) == "eval" and not c.args and isinstance(c.func, cst.Attribute) \
+                and facts.receiver_text(c.func.value) == target and facts.order.get(c, 0) > start:
+            where = facts.block_of(c)
+            evaluated = evaluated or (where is not None and where[0] is fn.body)
+    return evaluated
+
+
+def _used_only_now_and_then(facts: Facts, call: cst.Call, scope: cst.CSTNode) -> bool:
+    """`name = nn.DataParallel(...)` whose every later use in the same scope sits in a loop
+    under a throttle (`if step % args.sample_step == 0: x = sampler(z)`): the wrapper
+    replicates the model on those steps only (a sampler, an evaluator)."""
+    stmt = facts.statement_of(call)
+    assign = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
+    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
+            and assign.value is call):
+        return False
+    target = assign.targets[0].target
+    uses = [u for u in facts.later_uses(target.value, scope, facts.order.get(target, 0))
+            if not isinstance(facts.parent(u), cst.AssignTarget) and not facts.is_inside(u, call)]
+    return bool(uses) and all(throttled_in_loop(facts, u, scope) is True for u in uses)
 
 
 def _has_distributed_path(facts: Facts) -> bool:

@@ -698,12 +698,16 @@ def read_cheaply(facts: Facts, call: cst.Call) -> bool:
     """The loader feeds no training pass and no repeated evaluation: every read of it is one
     batch (`next(iter(loader))`), one pass outside any loop that is not itself training (a
     final test), or a read under a throttle inside a loop (a sample batch every N steps), and
-    the code that builds it runs once.  Workers, pinned memory and non-blocking copies then
+    the code that builds it runs once; or it is built in a function that runs once instead
+    of training (`if not args.eval: train() else: test()`).  Workers, pinned memory and non-blocking copies then
     have next to nothing to speed up."""
     if _lightning_eval_loader_method(facts, call):
         return True
     parent = facts.parent(call)
     scope = facts.enclosing_function(call) or facts.module
+    if isinstance(scope, cst.FunctionDef) and facts.trains and facts.runs_instead_of_training(scope) \
+            and runs_once(facts, scope):
+        return True  # built in `test()` of `if not args.eval: train() else: test()`: a one-off run
     if isinstance(parent, cst.Arg):
         outer = facts.parent(parent)
         # `next(iter(DataLoader(...)))`, `for x in DataLoader(...)`

@@ -177,13 +177,16 @@ class BlockingHostToDeviceCopy(Rule):
     Not for batches of a loader whose `collate_fn` or dataset already moves samples to the
     device (the copy is a no-op), nor of a loader read once after training (a final test),
     nor in the evaluation loop of a file that does not train when that loop runs once (a
-    prediction script's `main`); an evaluation function nothing in the file calls is still
+    prediction script's `main`), or of a function that runs instead of training (`if not
+    args.eval: train(args) else: test(args)`); an evaluation function nothing in the file calls is still
     reported (a training script elsewhere may call it every epoch), unless the project shows
     every call of it and none runs in code that trains (an evaluation script's helper,
     directly or through the functions that call it). Not for a copy the step
     waits for at once: the next thing the iteration runs, with nothing but more copies
-    between, waits for the GPU (`lengths = lengths.to(device)` then `int(lengths.max())`, or a
-    timing `torch.cuda.synchronize()`), so an asynchronous copy would overlap with nothing.
+    between, waits for the GPU (`lengths = lengths.to(device)` then `int(lengths.max())`, a
+    timing `torch.cuda.synchronize()`, or a blocking copy of a tensor made on the host, even in
+    the same statement: `torch.from_numpy(onehot).to(device)`), so an asynchronous copy would
+    overlap with nothing.
 
     ## References
     - PyTorch tutorial "A guide on good usage of non_blocking and pin_memory() in PyTorch"
@@ -220,6 +223,8 @@ class BlockingHostToDeviceCopy(Rule):
                 host = ctx.node if isinstance(ctx.node, cst.FunctionDef) else facts.enclosing_function(ctx.node)
                 if host not in facts.step_callers and (host is None or runs_once(facts, host)):
                     continue  # a prediction script run once: no training step waits for it
+            if ctx.kind == "eval" and facts.runs_instead_of_training(ctx.node):
+                continue  # `if not args.eval: train() else: test()`: no training step waits for it
             if _to_prepared_accelerator_device(facts, call):
                 continue
             loaders = batch_loaders(facts, recv)

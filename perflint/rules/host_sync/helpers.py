@@ -12,6 +12,9 @@ from perflint.analysis import Facts, call_name, get_arg, iter_nodes
 from perflint.analysis.loops import after_latch
 from perflint.names import dotted
 from perflint.rules.host_sync.values import (
+    _HOST_ROOTS,
+    blocking_host_copy,
+    collected_for_host,
     computed_from_device,
     copied_to_host,
     cpu_factory,
@@ -133,7 +136,7 @@ def _brackets_a_timer(facts: Facts, call: cst.Call) -> bool:
     accumulates = any(
         isinstance(st, cst.SimpleStatementLine) and any(_records_elapsed(facts, small) for small in st.body)
         for st in body
-    )
+    ) or any(_prints_elapsed(facts, body, j) for j in range(max(i - 1, 0), min(i + 2, len(body))))
     if not accumulates:
         return False
     for st in body[max(i - 1, 0):i + 2]:
@@ -148,6 +151,33 @@ def _brackets_a_timer(facts: Facts, call: cst.Call) -> bool:
         if any(facts.qualname(c.func) in _CLOCKS for c in calls):
             return True
     return False
+
+
+def _prints_elapsed(facts: Facts, body: list, j: int) -> bool:
+    """`end = time.time()` (or `start = …`) at `body[j]`, and `end - start` printed or logged by
+    a later statement of the block on every iteration (not under a throttle such as `if i % 50 == 0:`):
+    the per-step time the loop reports."""
+    st = body[j]
+    if not (isinstance(st, cst.SimpleStatementLine) and len(st.body) == 1 and isinstance(st.body[0], cst.Assign)
+            and len(st.body[0].targets) == 1 and isinstance(st.body[0].targets[0].target, cst.Name)
+            and isinstance(st.body[0].value, cst.Call) and facts.qualname(st.body[0].value.func) in _CLOCKS):
+        return False
+    name = st.body[0].targets[0].target.value
+    for later in body[j + 1:]:
+        for c in facts.calls_within(later):
+            if call_name(c) not in _LOG_CALLS:
+                continue
+            if not any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Subtract)
+                       and any(isinstance(side, cst.Name) and side.value == name for side in (n.left, n.right))
+                       for n in iter_nodes(c)):
+                continue
+            if not any(isinstance(a, cst.If) and facts.is_throttled_test(a.test)
+                       for a in facts.ancestors(c) if facts.is_inside(a, later) or a is later):
+                return True
+    return False
+
+
+_LOG_CALLS = {"print", "info", "log", "debug", "write", "set_postfix", "set_description", "add_scalar"}
 
 
 def _records_elapsed(facts: Facts, small: cst.BaseSmallStatement) -> bool:
@@ -285,7 +315,9 @@ def _unseen_reads(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
     * ops whose output size depends on the data: `.nonzero()`, `torch.nonzero`,
       `torch.argwhere`, `masked_select`, `torch.unique`, one-argument `torch.where`;
     * an `if`/`while` test on a name or `self.` attribute the iteration accumulates from a
-      device tensor (`self.tokens += (y >= 0).sum()` … `if self.tokens < warmup:`)."""
+      device tensor (`self.tokens += (y >= 0).sum()` … `if self.tokens < warmup:`);
+    * a blocking copy to the GPU of a tensor made on the host (`torch.from_numpy(a).cuda()`,
+      `torch.tensor(buf).to(device)`): from pageable memory it waits for the whole queue."""
     memo = facts.__dict__.setdefault("_unseen_reads_memo", {})
     if region in memo:
         return memo[region]
@@ -296,7 +328,7 @@ def _unseen_reads(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
         ctx = facts.iteration_context(call)
         if ctx is None or ctx.node is not region or call_sync(facts, call) is not None or item_sync(facts, call):
             continue
-        if _logs_device_value(facts, call) or sized_by_data(facts, call):
+        if _logs_device_value(facts, call) or sized_by_data(facts, call) or blocking_host_copy(facts, call):
             out.append(call)
             continue
         if call_name(call) not in ("cpu", "numpy", "tolist") or call.args or not isinstance(call.func, cst.Attribute):
@@ -362,18 +394,19 @@ def _local_callees(facts: Facts, call: cst.Call) -> list[cst.FunctionDef]:
     return []
 
 
-def waited_before(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
+def waited_before(facts: Facts, region: cst.CSTNode, node: cst.CSTNode, collected: bool = False) -> cst.CSTNode | None:
     """The wait of the same iteration that makes `node` free, or None when `node` is the
     wait its iteration reports. Reads with no real GPU work queued between them form one
     wait (see `_gpu_work_between`); it is reported once, at its first unconditional read
     (else its first read), and not at all when one of its reads is needed anyway: a timing
     `synchronize()`, an action for an environment, a host copy a CPU metric or a file needs,
-    a helper or model that reads back itself."""
+    a helper or model that reads back itself; with `collected`, also a host copy appended to a
+    list that numpy joins after the loop (as written it waits; PF202 reports that copy)."""
     group = _group_of(facts, region).get(node)
     if group is None:
         return None
-    if any(_forced(facts, p, region) for p in group):
-        return next((p for p in group if _forced(facts, p, region)), group[0])
+    if any(_forced(facts, p, region, collected) for p in group):
+        return next((p for p in group if _forced(facts, p, region, collected)), group[0])
     rep = _representative(facts, region, group)
     return None if rep is node else rep
 
@@ -441,7 +474,7 @@ def _value_decides_exit(facts: Facts, cur: cst.CSTNode, parent: cst.CSTNode | No
     return False
 
 
-def _forced(facts: Facts, point: cst.CSTNode, region: cst.CSTNode) -> bool:
+def _forced(facts: Facts, point: cst.CSTNode, region: cst.CSTNode, collected: bool = False) -> bool:
     if decides_exit(facts, point):
         return True  # the loop's stopping test needs the value
     if point in _unseen_reads(facts, region):
@@ -452,7 +485,7 @@ def _forced(facts: Facts, point: cst.CSTNode, region: cst.CSTNode) -> bool:
             return True
         if not item_sync(facts, point) and got is None:
             return True  # a call that waits inside (a helper, a model's forward)
-        if got is not None and host_data_needed(facts, point):
+        if got is not None and (host_data_needed(facts, point) or (collected and collected_for_host(facts, point))):
             return True
     return False
 
@@ -499,12 +532,36 @@ def _group_of(facts: Facts, region: cst.CSTNode) -> dict:
             leader[p] = leader.get(prev, prev)
         else:
             leader[p] = p
+    _wrap_around(facts, region, points, leader, unseen)
     groups: dict = {}
     for p in points:
         groups.setdefault(leader[p], []).append(p)
     out = {p: groups[leader[p]] for p in points}
     memo[region] = out
     return out
+
+
+def _wrap_around(facts: Facts, region: cst.CSTNode, points: list, leader: dict, unseen: list) -> None:
+    """A loop whose iteration starts, before any GPU work, with a blocking copy of a host
+    tensor (`x, y = loader.next_batch(); x = x.to(device)`): the reads after the last GPU work
+    of one iteration wait together with that copy of the next."""
+    if not isinstance(region, (cst.For, cst.While)) or len(points) < 2:
+        return
+    first, last = points[0], points[-1]
+    if first not in unseen or not (isinstance(first, cst.Call) and blocking_host_copy(facts, first)):
+        return
+    lo, hi = facts.order.get(first, 0), (facts._range(last) or (facts.order.get(last, 0),) * 2)[1]
+    test = region.iter if isinstance(region, cst.For) else region.test
+    for c in facts.calls_within(region):
+        o = facts.order.get(c, 0)
+        if (o < lo or o > hi) and not facts.is_inside(c, test) and _heavy_call(facts, c, 0):
+            return  # GPU work before the copy or after the last read
+    tail = leader[last]
+    if tail is leader[first]:
+        return
+    for p in points:
+        if leader[p] is tail:
+            leader[p] = leader[first]
 
 
 def exclusive(facts: Facts, a: cst.CSTNode, b: cst.CSTNode) -> bool:
@@ -571,8 +628,9 @@ def waits_at_once(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> bool:
             break
         if isinstance(a, cst.Call) and _heavy_call(facts, a, 0):
             return False  # `model(x.to(device))`: the model's work is queued right after the copy
-    stmt = next((a for a in facts.ancestors(node) if isinstance(a, cst.BaseSmallStatement)), node)
-    start = (facts._range(stmt) or (facts.order.get(stmt, 0),) * 2)[1]
+    # From the end of the copy: a blocking copy of a host tensor later in the same statement
+    # (`data, onehot = data.to(d), torch.from_numpy(a).to(d)`) already waits.
+    start = (facts._range(node) or (facts.order.get(node, 0),) * 2)[1]
     points = [p for p in [*_sync_points(facts, region), *_unseen_reads(facts, region)]
               if facts.order.get(p, 0) > start and not exclusive(facts, node, p)]
     if not points:
@@ -607,8 +665,6 @@ def later_syncs(facts: Facts, region: cst.CSTNode, first: cst.CSTNode) -> list:
     return out
 
 
-_HOST_ROOTS = ("numpy.", "sklearn.", "scipy.", "PIL.", "cv2.", "imageio.", "soundfile.", "matplotlib.", "skimage.",
-               "librosa.", "pandas.", "nibabel.", "SimpleITK.", "json.", "pickle.", "csv.")
 _HOST_CALLS = {"imsave", "imwrite", "savefig", "save_image", "write", "writerow", "dump", "fromarray", "save", "savez",
                "imshow", "plot", "draw", "rectangle", "putText"}
 

@@ -57,8 +57,9 @@ class HostSyncInLoop(Rule):
     batches not yet moved to a device, tensors created without a device) are ignored, as
     are files where nothing can be on an accelerator (see PF201), `torch.cuda.synchronize()`
     next to a clock read in a loop that adds up elapsed time every iteration
-    (`t_model += time.perf_counter() - t0`, `times.append(time.time() - t0)`: measuring is
-    its purpose), actions read back
+    (`t_model += time.perf_counter() - t0`, `times.append(time.time() - t0)`) or prints it
+    every iteration (`print(..., end - start)` with no throttle): measuring is its purpose,
+    actions read back
     to be sent to an environment's `step()` (reinforcement learning), a branch that caps a
     counter it increments (`if shown < 3: shown += 1; print(out.tolist())`), and a test
     behind a flag that its branch sets (`if full or torch.all(q == 0): full = True`): both

@@ -139,3 +139,92 @@ def unpacked_device(facts: Facts, expr: cst.BaseExpression) -> bool:
     i = bs[0].index[0]
     return 0 <= i < len(elements) and not isinstance(elements[i], cst.StarredElement) \
         and device_tensor(facts, elements[i].value)
+
+
+_HOST_ROOTS = ("numpy.", "sklearn.", "scipy.", "PIL.", "cv2.", "imageio.", "soundfile.", "matplotlib.", "skimage.",
+               "librosa.", "pandas.", "nibabel.", "SimpleITK.", "json.", "pickle.", "csv.")
+
+
+def blocking_host_copy(facts: Facts, call: cst.Call) -> bool:
+    """`x.cuda()` / `x.to(device)` without `non_blocking=True` of a tensor a torch factory made
+    on the host (`torch.tensor(...)`, `torch.from_numpy(...)`): not pinned, so the copy waits
+    for everything queued before it.  Not a loader's batch (`torch.LongTensor(labels)`): that
+    copy is PF105's to make asynchronous."""
+    name = call_name(call)
+    if name not in ("to", "cuda") or not isinstance(call.func, cst.Attribute) or get_arg(call, "non_blocking") \
+            or any(a.star for a in call.args):
+        return False
+    if name == "to":
+        if not call.args or len(call.args) > 1:
+            return False
+        dev = facts.device_kinds(call.args[0].value)
+        if not dev or dev <= {"device_cpu"} or not dev & {"device_cuda", "device_unknown", "device"}:
+            return False
+    elif call.args:
+        return False
+    recv = call.func.value
+    while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and call_name(recv) in ("fill_", "zero_"):
+        recv = recv.func.value  # `torch.LongTensor(b, n).fill_(0)`: still the host tensor
+    kinds = facts.kinds(recv)
+    if "batch" in kinds:
+        return False  # a loader's batch: PF105 asks to pin it and copy without blocking
+    if cpu_factory(facts, _bound_value(facts, recv)):
+        return False  # `torch.randn(n).to(device)`: PF409 makes it on the device, with no copy
+    if isinstance(recv, cst.Call) and (facts.qualname(recv.func) or "") in _HOST_TENSOR_TYPES:
+        return True
+    return "cpu_tensor" in kinds
+
+
+# The legacy tensor types of the CPU (`torch.cuda.LongTensor` is the GPU's).
+_HOST_TENSOR_TYPES = frozenset(f"torch.{t}Tensor" for t in ("Float", "Double", "Half", "BFloat16", "Byte", "Char",
+                                                            "Short", "Int", "Long", "Bool"))
+
+
+def collected_for_host(facts: Facts, node: cst.CSTNode) -> bool:
+    """`preds.append(out.cpu().numpy())` with the list joined by numpy after the loop
+    (`np.concatenate(preds)`): as written, the iteration waits for this copy anyway (one copy
+    after the loop would not, which PF202 is for)."""
+    outer = node
+    while True:
+        parent = facts.parent(outer)
+        if isinstance(parent, cst.Attribute) and parent.value is outer and isinstance(facts.parent(parent), cst.Call):
+            outer = facts.parent(parent)
+            continue
+        break
+    arg = facts.parent(outer)
+    call = facts.parent(arg) if isinstance(arg, cst.Arg) else None
+    return isinstance(call, cst.Call) and call_name(call) == "append" and isinstance(call.func, cst.Attribute) \
+        and isinstance(call.func.value, cst.Name) and _list_goes_to_host(facts, call.func.value)
+
+
+def _bound_value(facts: Facts, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """The expression a name is bound to once (`noise = torch.randn(...)`), else `expr`."""
+    if isinstance(expr, cst.Name):
+        bs = facts.lookup(expr.value, expr)
+        if len(bs) == 1 and bs[0].how == "expr" and isinstance(bs[0].node, cst.BaseExpression):
+            return bs[0].node
+    return expr
+
+
+def _list_goes_to_host(facts: Facts, name: cst.Name) -> bool:
+    """The list `name` (bound to `[]`) is later handed to a numpy / scikit-learn / SciPy
+    call (`np.concatenate(preds)`, `accuracy_score(trues, preds)`) in the same function."""
+    fn = facts.enclosing_function(name) or facts.module
+    bindings = facts.lookup(name.value, name)
+    if not bindings:
+        return False
+    for b in bindings:
+        value = b.node
+        if b.how == "unpack" and isinstance(value, (cst.Tuple, cst.List)) and len(b.index) == 1 \
+                and b.index[0] < len(value.elements):
+            value = value.elements[b.index[0]].value  # `trues, preds = [], []`
+        elif b.how != "expr":
+            return False
+        if not (isinstance(value, cst.List) and not value.elements):
+            return False
+    for use in list(facts.later_uses(name.value, fn, facts.order.get(name, 0)))[:20]:
+        parent = facts.parent(use)
+        call = facts.parent(parent) if isinstance(parent, cst.Arg) else None
+        if isinstance(call, cst.Call) and (facts.qualname(call.func) or "").startswith(_HOST_ROOTS):
+            return True
+    return False

@@ -74,7 +74,9 @@ class EvalWithoutNoGrad(Rule):
     (`model.requires_grad_(False)`, or `p.requires_grad = False` in a loop over its
     parameters: autograd records nothing), nor for a loop
     over the samples of one batch drawn with `next(iter(loader))` (a sample grid) or a loop
-    that returns after its first pass, nor where a comment in the loop or between `.eval()`
+    that returns after its first pass, nor in a function that runs instead of training (every
+    call of it is in one arm of an `if` whose other arm calls the file's training function:
+    `if not args.eval: train(args) else: test(args)`), nor where a comment in the loop or between `.eval()`
     and the loop says autograd must stay on ("# no no_grad here: the hooks need gradients").
 
     ## Applies to
@@ -120,6 +122,8 @@ class EvalWithoutNoGrad(Rule):
                 continue  # the samples of one batch (a sample grid), a loop that returns at once
             if self._comment_keeps_grad(facts, eval_call, loop):
                 continue  # the author says autograd must stay on here
+            if facts.trains and facts.runs_instead_of_training(loop):
+                continue  # `if not args.eval: train() else: test()`: a test run of its own
             during = facts.during_training(loop) or []
             reported.add(loop)
             fix = None

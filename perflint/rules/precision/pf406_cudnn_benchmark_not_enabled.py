@@ -8,6 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from perflint.analysis import Facts, call_name, get_arg, iter_nodes, literal_value
+from perflint.analysis.summary import WIDE_CONV
 from perflint.names import dotted
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import is_training_file, torch_module_name, words
@@ -103,14 +104,21 @@ _SEQUENCE_WORDS = ("lengths", "seq_len", "src_len", "tgt_len", "max_len", "paddi
 def _sequence_convs(facts: Facts) -> bool:
     """The convolutions are 1-D over sequences whose length changes per batch (the file keeps
     per-batch lengths or padding masks), or all pointwise (kernel size 1, like the 1×1 convs
-    of a TTS or ASR model): `cudnn.benchmark` would re-tune for every new length and gain
+    of a TTS or ASR model or a point-cloud network's shared MLPs, here or in the project's
+    model classes): `cudnn.benchmark` would re-tune for every new length and gain
     nothing on a pointwise GEMM."""
     convs = [c for c in facts.calls() if (facts.qualname(c.func) or "") in CONV_APIS]
-    if not convs or any(TORCHVISION_CLASSIFIER.match(q) for q in layer_qualnames(facts)) \
-            or facts.project_layer_apis & CONV_APIS:
-        return False  # (some) layers live in another module or a library model: no view of their kernels
-    if all(literal_value((get_arg(c, "kernel_size", 2) or cst.Arg(cst.Name("x"))).value) in (1, (1, 1), (1, 1, 1))
-           for c in convs):
+    if any(TORCHVISION_CLASSIFIER.match(q) for q in layer_qualnames(facts)):
+        return False  # a library model: no view of its kernels
+    pointwise = all(literal_value((get_arg(c, "kernel_size", 2) or cst.Arg(cst.Name("x"))).value)
+                    in (1, (1, 1), (1, 1, 1)) for c in convs)
+    elsewhere = facts.project_layer_apis
+    if elsewhere & CONV_APIS:
+        # The project's model classes record whether any of their convolutions is wider than 1.
+        return pointwise and WIDE_CONV not in elsewhere
+    if not convs:
+        return False
+    if pointwise:
         return True
     one_d = all((facts.qualname(c.func) or "") in _CONV1D_APIS for c in convs)
     return one_d and words(facts).name_contains(*_SEQUENCE_WORDS)
