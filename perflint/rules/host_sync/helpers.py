@@ -528,7 +528,9 @@ def _group_of(facts: Facts, region: cst.CSTNode) -> dict:
     for i, p in enumerate(points):
         # the latest earlier wait that can run in the same iteration (not the other arm of an `if`)
         prev = next((q for q in reversed(points[:i]) if not exclusive(facts, q, p)), None)
-        if prev is not None and not _gpu_work_between(facts, region, prev, p):
+        copies = prev is not None and any(x in unseen and isinstance(x, cst.Call) and blocking_host_copy(facts, x)
+                                          for x in (prev, p))
+        if prev is not None and not _gpu_work_between(facts, region, prev, p, strict=copies):
             leader[p] = leader.get(prev, prev)
         else:
             leader[p] = p
@@ -541,6 +543,14 @@ def _group_of(facts: Facts, region: cst.CSTNode) -> dict:
     return out
 
 
+def _host_only_call(facts: Facts, call: cst.Call) -> bool:
+    """A call that queues no GPU work: bookkeeping (`len`, `range`, container methods, more
+    copies), numpy, the clock, printing."""
+    q = facts.qualname(call.func) or ""
+    return call_name(call) in _TRIVIAL_BETWEEN or q.startswith(_HOST_ROOTS) or q.startswith(("time.", "math.")) \
+        or call_name(call) in ("print", "append", "astype", "from_numpy", "update", "set_description", "set_postfix")
+
+
 def _wrap_around(facts: Facts, region: cst.CSTNode, points: list, leader: dict, unseen: list) -> None:
     """A loop whose iteration starts, before any GPU work, with a blocking copy of a host
     tensor (`x, y = loader.next_batch(); x = x.to(device)`): the reads after the last GPU work
@@ -550,12 +560,16 @@ def _wrap_around(facts: Facts, region: cst.CSTNode, points: list, leader: dict, 
     first, last = points[0], points[-1]
     if first not in unseen or not (isinstance(first, cst.Call) and blocking_host_copy(facts, first)):
         return
+    where = facts.block_of(first)
+    if where is None or where[0] is not region.body:
+        return  # the copy runs on some iterations only (`if buf_device != device:`)
     lo, hi = facts.order.get(first, 0), (facts._range(last) or (facts.order.get(last, 0),) * 2)[1]
     test = region.iter if isinstance(region, cst.For) else region.test
     for c in facts.calls_within(region):
         o = facts.order.get(c, 0)
-        if (o < lo or o > hi) and not facts.is_inside(c, test) and _heavy_call(facts, c, 0):
-            return  # GPU work before the copy or after the last read
+        if (o < lo or o > hi) and not facts.is_inside(c, test) and not facts.is_inside(c, first) \
+                and not _host_only_call(facts, c):
+            return  # work that may queue GPU kernels before the copy or after the last read
     tail = leader[last]
     if tail is leader[first]:
         return
@@ -582,12 +596,15 @@ def exclusive(facts: Facts, a: cst.CSTNode, b: cst.CSTNode) -> bool:
     return False
 
 
-def _gpu_work_between(facts: Facts, region: cst.CSTNode, prev: cst.CSTNode, node: cst.CSTNode) -> bool:
+def _gpu_work_between(facts: Facts, region: cst.CSTNode, prev: cst.CSTNode, node: cst.CSTNode,
+                      strict: bool = False) -> bool:
     """Whether anything between the end of `prev` and `node` (its own operand included)
     queues real GPU work: a model's forward, `.backward()`, an optimizer or scaler step, or
     a call of a function of this file that does one of those. Small elementwise and
     reduction kernels (`out.argmax(1)`, `(p == y).sum()`, an accuracy helper) finish in
-    microseconds once the queue has drained: a read after them waits for almost nothing."""
+    microseconds once the queue has drained: a read after them waits for almost nothing.
+    `strict` (a blocking copy at either end, a wait only by its side effect): any call but
+    host bookkeeping counts (`self.model(x)` of a model of unknown kind)."""
     if facts.is_inside(node, prev):
         return False  # a print inside the `if` on a tensor: waited for by the test
     lo = facts.order.get(prev, 0)
@@ -597,9 +614,15 @@ def _gpu_work_between(facts: Facts, region: cst.CSTNode, prev: cst.CSTNode, node
         o = facts.order.get(c, 0)
         if c is node or not (end < o < hi or facts.is_inside(c, node)):
             continue  # (what `node` itself computes before reading counts too: `model(x).cpu()`)
-        if _heavy_call(facts, c, 0):
+        if _heavy_call(facts, c, 0) or (strict and not _host_only_call(facts, c) and not _small_kernel(facts, c)):
             return True
     return False
+
+
+def _small_kernel(facts: Facts, call: cst.Call) -> bool:
+    """A torch op or tensor method (elementwise, reduction, view): microseconds of GPU work."""
+    q = facts.qualname(call.func) or ""
+    return q.startswith("torch.") or (isinstance(call.func, cst.Attribute) and "tensor" in facts.kinds(call.func.value))
 
 
 def _heavy_call(facts: Facts, call: cst.Call, depth: int) -> bool:

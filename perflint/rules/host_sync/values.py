@@ -168,7 +168,7 @@ def blocking_host_copy(facts: Facts, call: cst.Call) -> bool:
     kinds = facts.kinds(recv)
     if "batch" in kinds:
         return False  # a loader's batch: PF105 asks to pin it and copy without blocking
-    if cpu_factory(facts, _bound_value(facts, recv)):
+    if _from_factory(facts, recv, 0):
         return False  # `torch.randn(n).to(device)`: PF409 makes it on the device, with no copy
     if isinstance(recv, cst.Call) and (facts.qualname(recv.func) or "") in _HOST_TENSOR_TYPES:
         return True
@@ -197,13 +197,17 @@ def collected_for_host(facts: Facts, node: cst.CSTNode) -> bool:
         and isinstance(call.func.value, cst.Name) and _list_goes_to_host(facts, call.func.value)
 
 
-def _bound_value(facts: Facts, expr: cst.BaseExpression) -> cst.BaseExpression:
-    """The expression a name is bound to once (`noise = torch.randn(...)`), else `expr`."""
-    if isinstance(expr, cst.Name):
-        bs = facts.lookup(expr.value, expr)
-        if len(bs) == 1 and bs[0].how == "expr" and isinstance(bs[0].node, cst.BaseExpression):
-            return bs[0].node
-    return expr
+def _from_factory(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool:
+    """`torch.ones(n).long()`, or a name bound to one (`labels = torch.ones(n).long();
+    labels = labels.unsqueeze(1)`): a tensor a torch factory made without `device=`."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not facts.qualname(expr.func):
+        expr = expr.func.value
+    if isinstance(expr, cst.Call):
+        return cpu_factory(facts, expr)
+    if isinstance(expr, cst.Name) and depth < 3:
+        return any(b.how == "expr" and isinstance(b.node, cst.BaseExpression) and b.node is not expr
+                   and _from_factory(facts, b.node, depth + 1) for b in facts.lookup(expr.value, expr))
+    return False
 
 
 def _list_goes_to_host(facts: Facts, name: cst.Name) -> bool:
