@@ -174,6 +174,8 @@ def _analyze(text: str, path: str, rules, target, project=None, module=None, tre
     findings = []
     errors = []
     for rule in rules:
+        if facts.target_torch != target and not rule.applies_to(facts.target_torch):
+            continue  # the file's imports bound its torch below the target (`torchtext.legacy`)
         try:
             for v in rule.check(facts):
                 if not facts.never_runs(v.node):  # a branch no run takes (`else:` of an always-true option)

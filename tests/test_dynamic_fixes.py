@@ -278,6 +278,10 @@ import torch
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 2))
 loader = [(torch.randn(5, 4), torch.randint(0, 2, (5,))) for _ in range(3)]
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
 model.eval()
 correct = 0
 graphs = []

@@ -47,6 +47,7 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, 
         else:
             self._walk()
         self._resolve_imports()
+        self.target_torch = min(target_torch, self._import_bound())
 
     # -- the walk -----------------------------------------------------------------------
     _TREE_PARTS = ("parents", "order", "_preorder", "index", "bindings", "attr_bindings", "functions_by_name",
@@ -142,6 +143,19 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, 
                     ):
                         self.imports.add_alias(small.targets[0].target.value, small.value)
 
+    def _import_bound(self) -> tuple[int, int]:
+        """The newest torch an import of the file allows: `torchtext.legacy` exists only in
+        torchtext 0.9–0.11 (torch 1.8–1.10), and `torchtext.data.Field`/`BucketIterator` only
+        up to torchtext 0.8 (torch 1.7): the file runs on an older torch than the project's
+        target, so advice for a newer one (`fused=True`) does not apply."""
+        bound = (99, 0)
+        for full in self.imports.aliases.values():
+            if full == "torchtext.legacy" or full.startswith("torchtext.legacy."):
+                bound = min(bound, (1, 10))
+            elif full in _OLD_TORCHTEXT:
+                bound = min(bound, (1, 7))
+        return bound
+
     def _star_library_names(self) -> None:
         """`from .common import *` where common.py imports torch: `torch` here is torch.  The
         project says what each star-imported module binds; without it (a module summarised
@@ -163,3 +177,7 @@ _CONVENTIONAL = {
     "torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional", "np": "numpy", "optim": "torch.optim",
     "DataLoader": "torch.utils.data.DataLoader", "Dataset": "torch.utils.data.Dataset",
 }
+# Names of torchtext's old API (removed from `torchtext.data` in torchtext 0.9, with torch 1.8).
+_OLD_TORCHTEXT = frozenset(f"torchtext.data.{n}" for n in ("Field", "BucketIterator", "BPTTIterator", "Iterator",
+                                                           "TabularDataset", "LabelField", "ReversibleField"))
+

@@ -149,7 +149,8 @@ class SlowConvolution(Rule):
     import scipy before now needs it installed: add it to the project's dependencies.
 
     ## Applies to
-    Any file (torch or not) that uses NumPy or SciPy convolution.
+    Any file (torch or not) that uses NumPy or SciPy convolution; not in a class's
+    `__init__` (a filter built once with the object).
 
     ## References
     - SciPy `scipy.signal.convolve` / `choose_conv_method` documentation
@@ -179,6 +180,9 @@ class SlowConvolution(Rule):
                 continue
             if has_splat(call) or not _in_data_pipeline(facts, call):
                 continue
+            fn = facts.enclosing_function(call)
+            if fn is not None and fn.name.value == "__init__" and facts.enclosing_class(fn) is not None:
+                continue  # built once with the object (a filter bank in a module's constructor)
             a, v = get_arg(call, "a" if kind == "np" else "in1", 0), get_arg(call, "v" if kind == "np" else "in2", 1)
             if a is None or v is None or _short_literal(facts, a.value) or _short_literal(facts, v.value):
                 continue

@@ -177,7 +177,7 @@ class BlockingHostToDeviceCopy(Rule):
     Not for batches of a loader whose `collate_fn` or dataset already moves samples to the
     device (the copy is a no-op), nor of a loader read once after training (a final test),
     nor in the evaluation loop of a file that does not train when that loop runs once (a
-    prediction script's `main`), or of a function that runs instead of training (`if not
+    prediction script's `main`, also through a per-batch helper only that pass calls), or of a function that runs instead of training (`if not
     args.eval: train(args) else: test(args)`); an evaluation function nothing in the file calls is still
     reported (a training script elsewhere may call it every epoch), unless the project shows
     every call of it and none runs in code that trains (an evaluation script's helper,
@@ -221,7 +221,8 @@ class BlockingHostToDeviceCopy(Rule):
                 continue
             if ctx.kind == "eval" and not file_trains(facts):
                 host = ctx.node if isinstance(ctx.node, cst.FunctionDef) else facts.enclosing_function(ctx.node)
-                if host not in facts.step_callers and (host is None or runs_once(facts, host)):
+                if host not in facts.step_callers and (host is None or runs_once(facts, host)
+                                                       or _called_from_one_pass(facts, host)):
                     continue  # a prediction script run once: no training step waits for it
             if ctx.kind == "eval" and facts.runs_instead_of_training(ctx.node):
                 continue  # `if not args.eval: train() else: test()`: no training step waits for it
@@ -275,6 +276,17 @@ class BlockingHostToDeviceCopy(Rule):
                 f"waits for the copy on every step {tail}",
                 fix,
             )
+
+
+def _called_from_one_pass(facts: Facts, fn: cst.CSTNode) -> bool:
+    """A per-batch helper of a file that does not train (`run_model(batch)`), every call of
+    which sits in a loop of a function that runs once (a prediction script's single pass)."""
+    if not isinstance(fn, cst.FunctionDef) or facts.parent(fn) is not facts.module:
+        return False
+    calls = facts.calls_named(fn.name.value)
+    return bool(calls) and all(
+        (host := facts.enclosing_function(c)) is not None and host is not fn and runs_once(facts, host)
+        for c in calls)
 
 
 # Tensor methods that return a copy in another dtype (the tensor itself when it has that

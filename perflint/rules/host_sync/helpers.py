@@ -15,6 +15,7 @@ from perflint.rules.host_sync.values import (
     _HOST_ROOTS,
     blocking_host_copy,
     collected_for_host,
+    fetch_copies_blocking,
     computed_from_device,
     copied_to_host,
     cpu_factory,
@@ -317,12 +318,16 @@ def _unseen_reads(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
     * an `if`/`while` test on a name or `self.` attribute the iteration accumulates from a
       device tensor (`self.tokens += (y >= 0).sum()` … `if self.tokens < warmup:`);
     * a blocking copy to the GPU of a tensor made on the host (`torch.from_numpy(a).cuda()`,
-      `torch.tensor(buf).to(device)`): from pageable memory it waits for the whole queue."""
+      `torch.tensor(buf).to(device)`): from pageable memory it waits for the whole queue;
+    * the fetch of a loop over a torchtext iterator built with `device=` (`BucketIterator`),
+      which makes each batch on the device with such a copy."""
     memo = facts.__dict__.setdefault("_unseen_reads_memo", {})
     if region in memo:
         return memo[region]
     out: list[cst.CSTNode] = []
     memo[region] = out
+    if fetch_copies_blocking(facts, region):
+        out.append(region.iter)  # each batch is copied to the device, blocking, as it is fetched
     accumulated = None
     for call in facts.calls_within(region):
         ctx = facts.iteration_context(call)
@@ -528,8 +533,8 @@ def _group_of(facts: Facts, region: cst.CSTNode) -> dict:
     for i, p in enumerate(points):
         # the latest earlier wait that can run in the same iteration (not the other arm of an `if`)
         prev = next((q for q in reversed(points[:i]) if not exclusive(facts, q, p)), None)
-        copies = prev is not None and any(x in unseen and isinstance(x, cst.Call) and blocking_host_copy(facts, x)
-                                          for x in (prev, p))
+        copies = prev is not None and any(x in unseen and (x is getattr(region, "iter", None) or (
+            isinstance(x, cst.Call) and blocking_host_copy(facts, x))) for x in (prev, p))
         if prev is not None and not _gpu_work_between(facts, region, prev, p, strict=copies):
             leader[p] = leader.get(prev, prev)
         else:
@@ -558,13 +563,16 @@ def _wrap_around(facts: Facts, region: cst.CSTNode, points: list, leader: dict, 
     if not isinstance(region, (cst.For, cst.While)) or len(points) < 2:
         return
     first, last = points[0], points[-1]
-    if first not in unseen or not (isinstance(first, cst.Call) and blocking_host_copy(facts, first)):
+    fetch = isinstance(region, cst.For) and first is region.iter
+    if first not in unseen or not (fetch or (isinstance(first, cst.Call) and blocking_host_copy(facts, first))):
         return
-    where = facts.block_of(first)
-    if where is None or where[0] is not region.body:
+    where = None if fetch else facts.block_of(first)
+    if not fetch and (where is None or where[0] is not region.body):
         return  # the copy runs on some iterations only (`if buf_device != device:`)
     lo, hi = facts.order.get(first, 0), (facts._range(last) or (facts.order.get(last, 0),) * 2)[1]
     test = region.iter if isinstance(region, cst.For) else region.test
+    if fetch:
+        lo = (facts._range(first) or (lo, lo))[1]
     for c in facts.calls_within(region):
         o = facts.order.get(c, 0)
         if (o < lo or o > hi) and not facts.is_inside(c, test) and not facts.is_inside(c, first) \

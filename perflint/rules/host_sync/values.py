@@ -232,3 +232,56 @@ def _list_goes_to_host(facts: Facts, name: cst.Name) -> bool:
         if isinstance(call, cst.Call) and (facts.qualname(call.func) or "").startswith(_HOST_ROOTS):
             return True
     return False
+
+
+def fetch_copies_blocking(facts: Facts, region: cst.CSTNode) -> bool:
+    """`for batch in it:` over a torchtext iterator built with `device=` (`BucketIterator(...,
+    device=device)`, or one of `BucketIterator.splits(..., device=device)`): torchtext makes
+    each batch with `torch.tensor(data, device=device)`, a blocking copy from pageable memory."""
+    if not isinstance(region, cst.For):
+        return False
+    it = region.iter
+    while isinstance(it, cst.Call) and call_name(it) in ("enumerate", "tqdm", "iter") and it.args:
+        it = it.args[0].value
+    return _torchtext_iterator(facts, it, 0)
+
+
+def _torchtext_iterator(facts: Facts, name: cst.BaseExpression, depth: int) -> bool:
+    """`name` is bound to a torchtext iterator made with `device=`; for a parameter, every
+    call of its function in the file passes one (`train(model, train_iterator, ...)`)."""
+    if not isinstance(name, cst.Name) or depth > 2:
+        return False
+    bindings = facts.lookup(name.value, name)
+    if not bindings:
+        return False
+    for b in bindings:
+        value = b.node
+        if b.how == "param":
+            if not _passed_iterators(facts, b, name.value, depth):
+                return False
+        elif not (isinstance(value, cst.Call) and (facts.qualname(value.func) or "").startswith("torchtext.")
+                  and call_name(value) in _TORCHTEXT_ITERATORS and get_arg(value, "device") is not None):
+            return False
+    return True
+
+
+def _passed_iterators(facts: Facts, binding, pname: str, depth: int) -> bool:
+    fn = facts.enclosing_function(binding.node) if not isinstance(binding.node, cst.FunctionDef) else binding.node
+    if not isinstance(fn, cst.FunctionDef):
+        return False
+    params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+    if pname not in params:
+        return False
+    index = params.index(pname)
+    calls = facts.calls_named(fn.name.value)
+    if not calls:
+        return False
+    for c in calls:
+        arg = get_arg(c, pname, index)
+        if arg is None or not _torchtext_iterator(facts, arg.value, depth + 1):
+            return False
+    return True
+
+
+_TORCHTEXT_ITERATORS = {"BucketIterator", "BPTTIterator", "Iterator", "splits"}
+

@@ -34,7 +34,9 @@ class EvalWithoutNoGrad(Rule):
     Flags evaluation loops that run a model after `model.eval()` with autograd still
     recording: no `torch.no_grad()`, `torch.inference_mode()` or
     `torch.set_grad_enabled(False)` around the loop, on the function, or around the calls
-    of that function in the same file. One finding per loop, on its `for` line.
+    of that function in the same file, where the loop runs while a model trains: the file
+    trains, Lightning runs it during `fit`, or a module of the project that trains calls its
+    function. One finding per loop, on its `for` line.
 
     ## Why is this bad?
     `model.eval()` only switches dropout and batch-norm to inference behaviour; autograd
@@ -74,7 +76,7 @@ class EvalWithoutNoGrad(Rule):
     (`model.requires_grad_(False)`, or `p.requires_grad = False` in a loop over its
     parameters: autograd records nothing), nor for a loop
     over the samples of one batch drawn with `next(iter(loader))` (a sample grid) or a loop
-    that returns after its first pass, nor in a function that runs instead of training (every
+    that returns after its first pass, nor in an evaluation-only script or a function that runs instead of training (every
     call of it is in one arm of an `if` whose other arm calls the file's training function:
     `if not args.eval: train(args) else: test(args)`), nor where a comment in the loop or between `.eval()`
     and the loop says autograd must stay on ("# no no_grad here: the hooks need gradients").
@@ -122,9 +124,9 @@ class EvalWithoutNoGrad(Rule):
                 continue  # the samples of one batch (a sample grid), a loop that returns at once
             if self._comment_keeps_grad(facts, eval_call, loop):
                 continue  # the author says autograd must stay on here
-            if facts.trains and facts.runs_instead_of_training(loop):
-                continue  # `if not args.eval: train() else: test()`: a test run of its own
-            during = facts.during_training(loop) or []
+            during = facts.during_training(loop)
+            if during is None:
+                continue  # nothing shows the loop runs while a model trains (an inference script)
             reported.add(loop)
             fix = None
             if prefix is not None:
