@@ -31,6 +31,15 @@ def get_arg(call: cst.Call, name: str | None, pos: int | None = None) -> cst.Arg
     return None
 
 
+def strip_not(test: cst.BaseExpression) -> tuple[cst.BaseExpression, bool]:
+    """`not not x` → (x, False), `not x` → (x, True): the tested expression and whether the
+    test is negated."""
+    negated = False
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, negated = test.expression, not negated
+    return test, negated
+
+
 def has_splat(call: cst.Call) -> bool:
     return any(arg.star for arg in call.args)
 

@@ -9,7 +9,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from perflint.analysis.syntax import call_name, get_arg, literal_value
+from perflint.analysis.syntax import call_name, get_arg, literal_value, strip_not
 from perflint.analysis.tree import _iter_expr
 from perflint.analysis.vocab import _BOUND_NAMES, _OPTION_ROOTS, _THROTTLE_NAMES
 from perflint.names import dotted
@@ -77,9 +77,7 @@ class ThrottlesMixin:
         cur = node
         for anc in self.ancestors(node):
             if isinstance(anc, cst.If):
-                test, negated = anc.test, False
-                while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-                    test, negated = test.expression, not negated
+                test, negated = strip_not(anc.test)
                 name = (dotted(test) or "").rsplit(".", 1)[-1] if self.is_option_test(test) else None
                 if name is not None and (cur is anc.body or cur is anc.orelse):
                     if name in self.always_true_options and (cur is anc.orelse) != negated:

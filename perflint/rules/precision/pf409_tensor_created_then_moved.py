@@ -9,6 +9,7 @@ import libcst as cst
 
 from perflint.edits import add_arg, make_kwarg
 from perflint.analysis import Facts, call_name, get_arg, literal_value
+from perflint.analysis.syntax import strip_not
 from perflint.names import dotted
 from perflint.rules.base import FixClass, FixPlan, Rule, Violation
 
@@ -55,9 +56,7 @@ def _inference_only(facts: Facts, node: cst.CSTNode) -> bool:
     cur = node
     for anc in facts.ancestors(node):
         if isinstance(anc, cst.If):
-            test, negated = anc.test, False
-            while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-                test, negated = test.expression, not negated
+            test, negated = strip_not(anc.test)
             name = (dotted(test) or "").rsplit(".", 1)[-1] if isinstance(test, (cst.Name, cst.Attribute)) else ""
             in_body = cur is anc.body
             in_else = cur is anc.orelse
