@@ -47,7 +47,7 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, 
         else:
             self._walk()
         self._resolve_imports()
-        self.target_torch = min(target_torch, self._import_bound())
+        self.target_torch = min(target_torch, self._code_bound())
 
     # -- the walk -----------------------------------------------------------------------
     _TREE_PARTS = ("parents", "order", "_preorder", "index", "bindings", "attr_bindings", "functions_by_name",
@@ -143,12 +143,21 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, 
                     ):
                         self.imports.add_alias(small.targets[0].target.value, small.value)
 
-    def _import_bound(self) -> tuple[int, int]:
-        """The newest torch an import of the file allows: `torchtext.legacy` exists only in
+    def _code_bound(self) -> tuple[int, int]:
+        """The newest torch the file's code allows: `torchtext.legacy` exists only in
         torchtext 0.9–0.11 (torch 1.8–1.10), and `torchtext.data.Field`/`BucketIterator` only
-        up to torchtext 0.8 (torch 1.7): the file runs on an older torch than the project's
-        target, so advice for a newer one (`fused=True`) does not apply."""
+        up to torchtext 0.8 (torch 1.7); `loss.data[0]` indexes a 0-dim tensor, an error since
+        torch 0.5. The file runs on an older torch than the project's target, so advice for a
+        newer one (`fused=True`, `torch.autocast`) does not apply."""
         bound = (99, 0)
+        for node in self.index[cst.Attribute]:
+            if node.attr.value == "data" and _loss_name(node.value):
+                parent = self.parents.get(node)
+                if isinstance(parent, cst.Subscript) and parent.value is node and len(parent.slice) == 1 \
+                        and isinstance(parent.slice[0].slice, cst.Index) \
+                        and isinstance(parent.slice[0].slice.value, cst.Integer) and parent.slice[0].slice.value.value == "0":
+                    bound = (0, 4)
+                    break
         for full in self.imports.aliases.values():
             if full == "torchtext.legacy" or full.startswith("torchtext.legacy."):
                 bound = min(bound, (1, 10))
@@ -180,4 +189,12 @@ _CONVENTIONAL = {
 # Names of torchtext's old API (removed from `torchtext.data` in torchtext 0.9, with torch 1.8).
 _OLD_TORCHTEXT = frozenset(f"torchtext.data.{n}" for n in ("Field", "BucketIterator", "BPTTIterator", "Iterator",
                                                            "TabularDataset", "LabelField", "ReversibleField"))
+
+
+def _loss_name(node: cst.BaseExpression) -> bool:
+    """`loss`, `self.train_loss`, `loss_g.sum()`: an expression named for a loss."""
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("sum", "mean"):
+        node = node.func.value
+    name = node.value if isinstance(node, cst.Name) else node.attr.value if isinstance(node, cst.Attribute) else ""
+    return "loss" in name.lower()
 
