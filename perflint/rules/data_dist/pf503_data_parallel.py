@@ -45,7 +45,8 @@ class DataParallel(Rule):
     checkpoints and logs are written.
 
     ## Applies to
-    All torch versions; multi-GPU CUDA code. Not in the `else:` of `if
+    All torch versions (for a target before 1.10, which has no `torchrun`, the message names
+    `python -m torch.distributed.launch`); multi-GPU CUDA code. Not in the `else:` of `if
     torch.cuda.is_available():` (CPU only: nothing is replicated), and not in a file that
     does not train when the wrapper is built at module level or in a function run once (a
     prediction or validation script's `main`), nor when the function put the wrapped model in
@@ -87,10 +88,12 @@ class DataParallel(Rule):
                 continue  # `def sample(self):` wraps the model to sample or evaluate, not to train
             if _used_only_now_and_then(facts, call, fn or facts.module):
                 continue  # `sampler = nn.DataParallel(sampler)` used only under `if step % N == 0:`
+            # `torchrun` came with torch 1.10; before it, `torch.distributed.launch` started the ranks.
+            launcher = "`torchrun`" if facts.target_torch >= (1, 10) else "`python -m torch.distributed.launch`"
             yield Violation(
                 call,
                 "`nn.DataParallel` runs all GPUs from one process (GIL-bound, replicates the model "
-                "every step); use `DistributedDataParallel` launched with `torchrun`",
+                f"every step); use `DistributedDataParallel` launched with {launcher}",
             )
 
 
