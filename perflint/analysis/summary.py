@@ -31,7 +31,7 @@ from perflint.analysis.callers import PARAM_KINDS
 from perflint.analysis.project import RESULT_KINDS
 from perflint.analysis.summary_types import CallRecord, ClassInfo, FunctionInfo, ModuleSummary, Signature
 from perflint.analysis.devices import _device_string_kinds
-from perflint.analysis.syntax import NOT_LITERAL, call_name, get_arg, has_splat, literal_value
+from perflint.analysis.syntax import NOT_LITERAL, argparse_dest, call_name, get_arg, has_splat, literal_value
 from perflint.analysis.vocab import DATALOADER, _OPTION_ROOTS
 from perflint.names import ImportTable, dotted
 
@@ -297,15 +297,7 @@ def _defaults(facts) -> dict:
     out: dict[str, object] = {}
     for call in facts.calls():
         if call_name(call) == "add_argument" and isinstance(call.func, cst.Attribute):
-            dest = None
-            d = get_arg(call, "dest")
-            if d is not None and isinstance(literal_value(d.value), str):
-                dest = literal_value(d.value)
-            else:
-                for a in call.args:
-                    if a.keyword is None and isinstance(literal_value(a.value), str) and literal_value(a.value).startswith("--"):
-                        dest = literal_value(a.value).lstrip("-").replace("-", "_")
-                        break
+            dest = argparse_dest(call)
             default = get_arg(call, "default")
             if dest and default is not None:
                 v = _json_literal(default.value)

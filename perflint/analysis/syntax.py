@@ -40,6 +40,19 @@ def strip_not(test: cst.BaseExpression) -> tuple[cst.BaseExpression, bool]:
     return test, negated
 
 
+def argparse_dest(call: cst.Call) -> str | None:
+    """The attribute `parser.add_argument(...)` sets: its `dest=`, else its first `--long`
+    option with dashes made underscores (`--num-workers` → `num_workers`)."""
+    d = get_arg(call, "dest")
+    if d is not None and isinstance(literal_value(d.value), str):
+        return literal_value(d.value)
+    for a in call.args:
+        v = literal_value(a.value) if a.keyword is None else None
+        if isinstance(v, str) and v.startswith("--"):
+            return v.lstrip("-").replace("-", "_")
+    return None
+
+
 def has_splat(call: cst.Call) -> bool:
     return any(arg.star for arg in call.args)
 

@@ -9,7 +9,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from perflint.analysis.syntax import call_name, get_arg, literal_value, strip_not
+from perflint.analysis.syntax import argparse_dest, call_name, get_arg, literal_value, strip_not
 from perflint.analysis.tree import _iter_expr
 from perflint.analysis.vocab import _BOUND_NAMES, _OPTION_ROOTS, _THROTTLE_NAMES
 from perflint.names import dotted
@@ -34,15 +34,9 @@ class ThrottlesMixin:
                      and not self.lookup("bool", call) and action is None)
                     or (action is not None and literal_value(action.value) == "store_true")):
                 continue
-            dest = get_arg(call, "dest")
-            if dest is not None and isinstance(literal_value(dest.value), str):
-                out.add(literal_value(dest.value))
-                continue
-            for a in call.args:
-                v = literal_value(a.value) if a.keyword is None else None
-                if isinstance(v, str) and v.startswith("--"):
-                    out.add(v[2:].replace("-", "_"))
-                    break
+            dest = argparse_dest(call)
+            if dest is not None:
+                out.add(dest)
         return frozenset(out)
 
     @cached_property
@@ -58,13 +52,10 @@ class ThrottlesMixin:
             if action is None or literal_value(action.value) != "store_true" \
                     or (default is not None and literal_value(default.value) is not False):
                 continue
-            for a in call.args:
-                v = literal_value(a.value) if a.keyword is None else None
-                if isinstance(v, str) and v.startswith("--"):
-                    flag = v[2:].replace("-", "_")
-                    for prefix in ("no_", "disable_"):
-                        if flag.startswith(prefix) and len(flag) > len(prefix):
-                            out.add(flag[len(prefix):])
+            flag = argparse_dest(call) or ""
+            for prefix in ("no_", "disable_"):
+                if flag.startswith(prefix) and len(flag) > len(prefix):
+                    out.add(flag[len(prefix):])
         return frozenset(out)
 
     def never_runs(self, node: cst.CSTNode) -> bool:

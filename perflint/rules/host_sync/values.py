@@ -266,7 +266,7 @@ def _torchtext_iterator(facts: Facts, name: cst.BaseExpression, depth: int) -> b
 
 
 def _passed_iterators(facts: Facts, binding, pname: str, depth: int) -> bool:
-    fn = facts.enclosing_function(binding.node) if not isinstance(binding.node, cst.FunctionDef) else binding.node
+    fn = binding.site  # a parameter's binding site is its function
     if not isinstance(fn, cst.FunctionDef):
         return False
     params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
