@@ -133,7 +133,7 @@ def _print_errors(errors, warnings=()) -> None:
 
 def _source_lines(results, given: dict | None = None) -> dict:
     """The source line of every finding, for the `full` format (read after any fix)."""
-    from perflint.source import SourceError, read_source
+    from perflint.source import SourceError, cell_source, read_source
 
     lines: dict = {}
     for r in results:
@@ -145,7 +145,7 @@ def _source_lines(results, given: dict | None = None) -> dict:
             continue
         if src.notebook is not None:
             cells = {
-                span.index: _cell_source(src.notebook.data["cells"][span.index - 1]).split("\n")
+                span.index: cell_source(src.notebook.data["cells"][span.index - 1]).split("\n")
                 for span in src.notebook.cells
             }
         else:
@@ -159,11 +159,6 @@ def _source_lines(results, given: dict | None = None) -> dict:
             elif 0 < row <= len(text_lines):
                 lines[(r.path, None, row)] = text_lines[row - 1]
     return lines
-
-
-def _cell_source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else str(src)
 
 
 def _render(outcome, output_format: str, unsafe: bool, statistics: bool, quiet: bool, fixed=(0, 0),
@@ -546,7 +541,7 @@ def _show_settings(paths, resolver) -> None:
 def _unified_diff(r) -> str:
     import difflib
 
-    from perflint.source import read_source
+    from perflint.source import cell_source, read_source
 
     before = read_source(r.path, r.original_bytes)
     after = read_source(r.path, r.fixed_bytes)
@@ -559,7 +554,7 @@ def _unified_diff(r) -> str:
     out = []
     old_cells, new_cells = before.notebook.data["cells"], after.notebook.data["cells"]
     for i, (a, b) in enumerate(zip(old_cells, new_cells), start=1):
-        a_src, b_src = _cell_source(a), _cell_source(b)
+        a_src, b_src = cell_source(a), cell_source(b)
         if a_src == b_src:
             continue
         a_lines = [line + "\n" for line in a_src.split("\n")]

@@ -178,7 +178,7 @@ def _analyze(text: str, path: str, rules, target, project=None, module=None, tre
             continue  # the file's imports bound its torch below the target (`torchtext.legacy`)
         try:
             for v in rule.check(facts):
-                if not facts.never_runs(v.node):  # a branch no run takes (`else:` of an always-true option)
+                if not facts.throttles.never_runs(v.node):  # a branch no run takes (`else:` of an always-true option)
                     findings.append((rule, v))
         except Exception as exc:  # noqa: BLE001 - one broken rule must not take the run down
             import traceback
@@ -280,7 +280,7 @@ def _why_steps(analysis: _Analysis) -> dict:
     for rule, v in analysis.findings:
         steps = v.why
         if steps is None and rule.per_step:
-            steps = analysis.facts.hot_path(v.node)
+            steps = analysis.facts.hotpath.hot_path(v.node)
         if steps:
             out[id(v)] = steps
     return out
@@ -289,7 +289,7 @@ def _why_steps(analysis: _Analysis) -> dict:
 def _called_from(facts, node) -> str:
     """" (runs once per step: called from train.py:212)" for a finding inside a function
     that a loop in another file calls on every step."""
-    info = facts.iteration_context(node)
+    info = facts.loops.iteration_context(node)
     caller = facts.step_callers.get(info.node) if info is not None else None
     if caller is None:
         return ""
@@ -346,7 +346,7 @@ def _non_overlapping(facts, plans):
             if n in covered:
                 clash = True
                 break
-            if any(a in taken for a in facts.ancestors(n)):
+            if any(a in taken for a in facts.tree.ancestors(n)):
                 clash = True
                 break
         if clash:
@@ -355,7 +355,7 @@ def _non_overlapping(facts, plans):
         for n in nodes:
             taken.add(n)
             covered.add(n)
-            covered.update(facts.ancestors(n))
+            covered.update(facts.tree.ancestors(n))
     return chosen
 
 
@@ -491,7 +491,7 @@ def _summary_of(analysis: _Analysis, text: str) -> dict | None:
     def lines(node) -> int:
         if "offsets" not in state:
             # The calls that run per step: their lines are needed, computed in one pass.
-            wanted = [c for c in facts.calls() if facts.iteration_context(c) is not None]
+            wanted = [c for c in facts.tree.calls() if facts.loops.iteration_context(c) is not None]
             state["offsets"] = node_offsets(module, wanted)
             state["lines"] = LineIndex(text)
         got = state["offsets"].get(node)

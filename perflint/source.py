@@ -156,12 +156,16 @@ def read_bytes(path: str) -> bytes:
 # ----------------------------------------------------------------------------------------
 
 
+def cell_source(cell: dict) -> str:
+    """A notebook cell's text (its `source`, a string or a list of lines)."""
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
 def _cell_text(cell: dict) -> str:
     src = cell.get("source", "")
-    if isinstance(src, list) and all(isinstance(s, str) for s in src):
-        return "".join(src)
-    if isinstance(src, str):
-        return src
+    if isinstance(src, str) or (isinstance(src, list) and all(isinstance(s, str) for s in src)):
+        return cell_source(cell)
     raise SourceError("notebook-error", "a cell's source is neither a string nor a list of strings")
 
 

@@ -143,3 +143,45 @@ def test_class_sizes():
     assert set(over) <= set(CLASSES_OVER), f"new classes over {MAX_CLASS_LINES} lines: {sorted(set(over) - set(CLASSES_OVER))}"
     grown = {c: (n, CLASSES_OVER[c]) for c, n in over.items() if n > CLASSES_OVER[c]}
     assert not grown, f"classes over the limit grew (now, was): {grown}"
+
+
+def _component_classes() -> dict[str, ast.ClassDef]:
+    out = {}
+    for name, path in _modules().items():
+        if name.startswith("perflint.analysis."):
+            for node in ast.parse(path.read_text(encoding="utf-8")).body:
+                if isinstance(node, ast.ClassDef) and any(ast.unparse(b) == "Component" for b in node.bases):
+                    out[node.name] = node
+    return out
+
+
+def _declared_needs(cls: ast.ClassDef) -> tuple[str, ...]:
+    for stmt in cls.body:
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "needs" for t in stmt.targets):
+            return tuple(ast.literal_eval(stmt.value))
+    return ()
+
+
+def test_facts_are_components_that_read_only_what_they_declare():
+    """Every analysis is a component (no mixins): it reaches another component only through
+    a need it declares, or a collaborator handed to its `__init__`; the needs come before it
+    in `Facts.COMPONENTS`, so they form no cycle."""
+    from perflint.analysis.facts import Facts
+
+    order = [name for name, _ in Facts.COMPONENTS]
+    assert Facts.__bases__ == (object,)
+    classes = _component_classes()
+    assert {cls.__name__ for _, cls in Facts.COMPONENTS} <= set(classes)
+    position = {cls.__name__: order.index(name) for name, cls in Facts.COMPONENTS}
+    problems = []
+    for cname, cls in classes.items():
+        needs = _declared_needs(cls)
+        handed = {t.attr for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"
+                  for stmt in fn.body if isinstance(stmt, ast.Assign)
+                  for t in stmt.targets if isinstance(t, ast.Attribute) and isinstance(stmt.value, ast.Name)}
+        used = {n.attr for n in ast.walk(cls) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                and n.value.id == "self" and n.attr in order}
+        problems += [f"{cname} reads `self.{u}` without declaring it" for u in sorted(used - set(needs) - handed)]
+        if cname in position:
+            problems += [f"{cname} needs `{n}`, built after it" for n in needs if order.index(n) >= position[cname]]
+    assert problems == []

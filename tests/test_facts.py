@@ -15,7 +15,7 @@ def facts_of(src: str, target=(2, 4)) -> Facts:
 
 
 def calls_named(f: Facts, name: str) -> list[cst.Call]:
-    return [c for c in f.calls() if call_name(c) == name]
+    return [c for c in f.tree.calls() if call_name(c) == name]
 
 
 def first(seq):
@@ -47,13 +47,13 @@ def first(seq):
 def test_names_resolve_through_imports_and_aliases(imports, expr, expected):
     f = facts_of(f"{imports}\nx = {expr}\n")
     value = f.module.body[-1].body[0].value
-    assert f.qualname(value) == expected
+    assert f.tree.qualname(value) == expected
 
 
 def test_relative_and_unknown_names_do_not_resolve():
     f = facts_of("from .data import DataLoader\nx = DataLoader\ny = foo.bar\n")
-    assert f.qualname(f.module.body[1].body[0].value) is None
-    assert f.qualname(f.module.body[2].body[0].value) is None
+    assert f.tree.qualname(f.module.body[1].body[0].value) is None
+    assert f.tree.qualname(f.module.body[2].body[0].value) is None
 
 
 # -- kinds ---------------------------------------------------------------------------------
@@ -81,16 +81,16 @@ def test_loader_batch_model_optimizer_loss_scaler_kinds():
             value = loss.item()
         """
     )
-    loop = first(f.index[cst.For])
+    loop = first(f.tree.index[cst.For])
     body_names = {n.value: n for n in _names(loop)}
-    assert f.has_kind(body_names["x"], "batch", weak=False)
-    assert f.has_kind(body_names["out"], "output", weak=False)
-    assert f.has_kind(body_names["loss"], "loss", weak=False)
-    assert "number" in f.kinds(body_names["value"])
+    assert f.kinds.has_kind(body_names["x"], "batch", weak=False)
+    assert f.kinds.has_kind(body_names["out"], "output", weak=False)
+    assert f.kinds.has_kind(body_names["loss"], "loss", weak=False)
+    assert "number" in f.kinds.of(body_names["value"])
     opt = first(calls_named(f, "AdamW"))
-    assert "optimizer" in f.kinds(opt)
-    assert "scaler" in f.kinds(first(calls_named(f, "GradScaler")))
-    assert "model" in f.kinds(first([c for c in f.calls() if call_name(c) == "cuda"]))
+    assert "optimizer" in f.kinds.of(opt)
+    assert "scaler" in f.kinds.of(first(calls_named(f, "GradScaler")))
+    assert "model" in f.kinds.of(first([c for c in f.tree.calls() if call_name(c) == "cuda"]))
 
 
 def test_self_attributes_set_in_init_keep_their_kind():
@@ -109,9 +109,9 @@ def test_self_attributes_set_in_init_keep_their_kind():
                     self.optimizer.step()
         """
     )
-    loop = first(f.index[cst.For])
-    assert f.iterates_loader(loop, weak=False)
-    assert f.loop_kind(loop) == "train"
+    loop = first(f.tree.index[cst.For])
+    assert f.loops.iterates_loader(loop, weak=False)
+    assert f.loops.loop_kind(loop) == "train"
 
 
 def test_accelerate_prepare_unpacking_keeps_kinds():
@@ -124,19 +124,19 @@ def test_accelerate_prepare_unpacking_keeps_kinds():
             pass
         """
     )
-    assert f.iterates_loader(first(f.index[cst.For]), weak=False)
+    assert f.loops.iterates_loader(first(f.tree.index[cst.For]), weak=False)
 
 
 def test_parameter_names_are_weak_evidence_only():
     f = facts_of("def run(model, train_loader):\n    for b in train_loader:\n        model(b)\n")
-    loop = first(f.index[cst.For])
-    assert f.iterates_loader(loop) and not f.iterates_loader(loop, weak=False)
-    assert f.loop_kind(loop) == "eval"
+    loop = first(f.tree.index[cst.For])
+    assert f.loops.iterates_loader(loop) and not f.loops.iterates_loader(loop, weak=False)
+    assert f.loops.loop_kind(loop) == "eval"
 
 
 def test_factory_function_names_are_not_models():
     f = facts_of("m = get_model()\nout = m(x)\n")
-    assert not f.has_kind(f.module.body[1].body[0].value, "output")
+    assert not f.kinds.has_kind(f.module.body[1].body[0].value, "output")
 
 
 def test_reaching_binding_beats_other_loops_binding_the_same_name():
@@ -150,9 +150,9 @@ def test_reaching_binding_beats_other_loops_binding_the_same_name():
             y = x.item()
         """
     )
-    second = f.index[cst.For][1]
-    item = first([c for c in f.calls_within(second) if call_name(c) == "item"])
-    ks = f.kinds(item.func.value)
+    second = f.tree.index[cst.For][1]
+    item = first([c for c in f.tree.calls_within(second) if call_name(c) == "item"])
+    ks = f.kinds.of(item.func.value)
     assert "batch" not in ks
 
 
@@ -175,15 +175,15 @@ def test_training_eval_and_epoch_loops_are_told_apart():
                 model(x)
         """
     )
-    epoch, train, val = f.index[cst.For]
-    assert f.loop_kind(epoch) is None
-    assert f.loop_kind(train) == "train"
-    assert f.loop_kind(val) == "eval"
+    epoch, train, val = f.tree.index[cst.For]
+    assert f.loops.loop_kind(epoch) is None
+    assert f.loops.loop_kind(train) == "train"
+    assert f.loops.loop_kind(val) == "eval"
 
 
 def test_while_loop_with_next_and_backward_is_training():
     f = facts_of("it = iter(loader)\nwhile step < n:\n    b = next(it)\n    model(b).sum().backward()\n    opt.step()\n")
-    assert f.loop_kind(first(f.index[cst.While])) == "train"
+    assert f.loops.loop_kind(first(f.tree.index[cst.While])) == "train"
 
 
 @pytest.mark.parametrize("update, trains", [
@@ -198,17 +198,17 @@ def test_backward_is_training_only_where_something_updates_parameters(update, tr
            + (f"    for p in model.parameters():\n        {update}\n" if update.startswith("p.") else
               f"    {update}\n" if update else ""))
     f = facts_of(src)
-    assert (f.loop_kind(first(f.index[cst.For])) == "train") is trains
+    assert (f.loops.loop_kind(first(f.tree.index[cst.For])) == "train") is trains
 
 
 def test_rl_env_step_loop_is_not_training():
     f = facts_of("for t in range(100):\n    obs, r, done, info = env.step(action)\n")
-    assert f.loop_kind(first(f.index[cst.For])) is None
+    assert f.loops.loop_kind(first(f.tree.index[cst.For])) is None
 
 
 def test_scheduler_step_alone_does_not_make_a_training_loop():
     f = facts_of("for epoch in range(3):\n    scheduler.step()\n")
-    assert f.loop_kind(first(f.index[cst.For])) is None
+    assert f.loops.loop_kind(first(f.tree.index[cst.For])) is None
 
 
 # -- per-iteration code ------------------------------------------------------------------------
@@ -241,7 +241,7 @@ def test_throttled_branches_are_not_every_iteration(guard, per_iteration):
         """
     )
     item = first(calls_named(f, "item"))
-    assert (f.iteration_context(item) is not None) is per_iteration
+    assert (f.loops.iteration_context(item) is not None) is per_iteration
 
 
 def test_else_of_a_throttled_branch_runs_every_iteration():
@@ -255,7 +255,7 @@ def test_else_of_a_throttled_branch_runs_every_iteration():
                 v = t.item()
         """
     )
-    assert f.iteration_context(first(calls_named(f, "item"))) is not None
+    assert f.loops.iteration_context(first(calls_named(f, "item"))) is not None
 
 
 @pytest.mark.parametrize(
@@ -268,7 +268,7 @@ def test_else_of_a_throttled_branch_runs_every_iteration():
 )
 def test_once_only_handler_and_nested_def_code_is_not_per_iteration(body):
     f = facts_of(f"for step, b in enumerate(loader):\n    model(b).backward()\n    {body}\n")
-    assert f.iteration_context(first(calls_named(f, "item"))) is None
+    assert f.loops.iteration_context(first(calls_named(f, "item"))) is None
 
 
 def test_step_functions_and_lightning_hooks_are_per_iteration():
@@ -290,9 +290,9 @@ def test_step_functions_and_lightning_hooks_are_per_iteration():
         """
     )
     items = calls_named(f, "item")
-    assert f.iteration_context(items[0]).kind == "train"
-    assert f.iteration_context(items[1]).kind == "train"
-    assert f.iteration_context(items[2]) is None
+    assert f.loops.iteration_context(items[0]).kind == "train"
+    assert f.loops.iteration_context(items[1]).kind == "train"
+    assert f.loops.iteration_context(items[2]) is None
 
 
 # -- devices, grad mode, file facts ---------------------------------------------------------------
@@ -308,9 +308,9 @@ def test_device_expressions():
         """
     )
     values = [stmt.body[0].value for stmt in f.module.body[1:]]
-    assert f.is_provably_cuda(values[0])
-    assert not f.is_provably_cuda(values[1]) and f.device_kinds(values[1]) == {"device_other"}
-    assert f.is_provably_cuda(values[2])
+    assert f.devices.is_provably_cuda(values[0])
+    assert not f.devices.is_provably_cuda(values[1]) and f.devices.device_kinds(values[1]) == {"device_other"}
+    assert f.devices.is_provably_cuda(values[2])
 
 
 @pytest.mark.parametrize(
@@ -323,7 +323,7 @@ def test_device_expressions():
     ],
 )
 def test_cuda_code(src, cuda):
-    assert facts_of(src).is_cuda_code is cuda
+    assert facts_of(src).devices.is_cuda_code is cuda
 
 
 def test_grad_context_through_with_and_decorators():
@@ -340,8 +340,8 @@ def test_grad_context_through_with_and_decorators():
         d = model(x)
         """
     )
-    calls = [c for c in f.calls() if getattr(c.func, "value", None) == "model"]
-    assert [f.grad_context(c) for c in calls] == ["off", "off", "unknown", None]
+    calls = [c for c in f.tree.calls() if getattr(c.func, "value", None) == "model"]
+    assert [f.grad.grad_context(c) for c in calls] == ["off", "off", "unknown", None]
 
 
 def _names(node):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perflint.server.checker import Checker, Doc, noqa_insertion, notebook_bytes, parse_client_settings, rule_markdown
+from perflint.server.checker import Checker, Doc, hover_markdown, noqa_insertion, notebook_bytes, parse_client_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = '''\
@@ -160,9 +160,9 @@ def test_notebook_bytes_keep_cell_numbers():
 
 
 def test_hover_text_is_the_rule_documentation():
-    md = rule_markdown("PF201")
+    md = hover_markdown("PF201")
     assert md.startswith("**PF201** `item-in-loop`") and "#### What it does" in md and "#pf201" in md
-    assert rule_markdown("PF999") is None
+    assert hover_markdown("PF999") is None
 
 
 def test_the_server_never_imports_torch():

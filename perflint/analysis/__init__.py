@@ -1,28 +1,37 @@
 """What the rules ask about: facts about one file, computed once and shared by every rule.
 
-One iterative walk over the libcst tree records each node's parent, indexes the node types
-rules ask about, collects the name bindings of every scope and the import alias table.  On
-top of that, small, memoised analyses answer the questions rules ask:
+`facts.Facts` is a set of components (`component.Component`), each one analysis that
+declares the components it reads and answers lazily, memoised:
 
-* what kind of value an expression holds — a DataLoader, a batch from one, a model, an
-  optimizer, a loss, a GradScaler, a tensor, a CUDA device … (`kinds`);
-* which loops are training loops and which are evaluation loops, and which functions are
-  per-step functions (`loop_kind`, `step_function_kind`);
-* whether a node runs on every iteration of such a loop, or only in a throttled branch such
-  as `if step % 50 == 0:` (`iteration_context`);
-* file-wide facts: CUDA code or not, autocast / GradScaler / TF32 / cudnn settings present.
+* `tree` — one iterative walk over the libcst tree: each node's parent and source order,
+  an index of the node types rules ask about, the import alias table; navigation;
+* `bindings` — the name bindings of every scope, and which of them reach a use;
+* `cross` — what the project's other modules say (callers, classes, option defaults);
+* `devices` — device expressions, and whether the file is CUDA code;
+* `kinds` — what kind of value an expression holds: a DataLoader, a batch from one, a
+  model, an optimizer, a loss, a GradScaler, a tensor, a CUDA device … (`kinds.of`, a set
+  of `vocab.Kind`);
+* `steps` — which calls run backward or step an optimizer;
+* `filewide` — file-wide facts: the file's words, autocast / GradScaler / TF32 / cudnn
+  settings, whether tensors may live on an accelerator;
+* `throttles` — tests that keep code from running every iteration (`if step % 50 == 0:`);
+* `loops` — which loops train and which evaluate, which functions are per-step functions
+  (`loop_kind`, `step_function_kind`), and whether a node runs on every iteration
+  (`iteration_context`);
+* `grad` — code that runs with autograd off;
+* `hotpath` — the evidence that a node runs on every optimizer step.
 
-Kinds that come only from a naming convention (a parameter called `loader`) are *weak* and
-carry a leading "~"; rules decide whether weak evidence is enough for them.
+Kinds that come only from a naming convention (a parameter called `loader`) are *weak*
+(`Kind.NAMED_DATALOADER`, "~dataloader"); rules decide whether weak evidence is enough.
 """
 
 # Exports are loaded on first use, so that `perflint.analysis.project` (which a warm run
 # needs) does not pull in libcst.
 _EXPORTS = {
     "Binding": "bindings", "Facts": "facts", "LoopInfo": "loops", "NOT_LITERAL": "syntax", "call_name": "syntax",
-    "get_arg": "syntax", "has_splat": "syntax", "literal_value": "syntax", "receiver": "syntax", "Scope": "tree",
+    "get_arg": "syntax", "has_splat": "syntax", "literal_value": "syntax", "Scope": "tree",
     "iter_nodes": "tree", "AUTOCASTS": "vocab", "DATALOADER": "vocab", "OPTIMIZER_CLASSES": "vocab",
-    "SCALERS": "vocab", "name_hints": "kinds",
+    "SCALERS": "vocab", "Kind": "vocab", "name_hints": "kinds",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from perflint.analysis.modules import MAX_DEPTH
+from perflint.analysis.vocab import Kind
 
 if TYPE_CHECKING:
     from perflint.analysis.project import ProjectIndex
 
 # Kinds an argument may lend a parameter (strong evidence only).
-PARAM_KINDS = frozenset({"dataloader", "model", "optimizer", "scaler", "criterion", "batch", "device_tensor", "tensor",
-                         "output", "loss"})
+PARAM_KINDS = frozenset({Kind.DATALOADER, Kind.MODEL, Kind.OPTIMIZER, Kind.SCALER, Kind.CRITERION, Kind.BATCH, Kind.DEVICE_TENSOR, Kind.TENSOR,
+                         Kind.OUTPUT, Kind.LOSS})
 
 
 class CallerFacts:
@@ -244,22 +245,22 @@ class CallerFacts:
             d = c.get("dev", {}).get(k) if k is not None else None
             fwd = c.get("fwd", {}).get(k) if k is not None else None
             if d:
-                ks, cuda = frozenset(d), "device_cuda" in d
+                ks, cuda = frozenset(d), Kind.DEVICE_CUDA in d
             elif fwd is not None and depth < MAX_DEPTH and self._host_param(caller, c, fwd) is not None:
                 hp = self._host_param(caller, c, fwd)
                 ks, cuda = self._param_device(hp[0], hp[1], fwd, depth + 1)  # type: ignore[index]
-                ks = ks or frozenset({"device_unknown"})
+                ks = ks or frozenset({Kind.DEVICE_UNKNOWN})
             else:
-                ks, cuda = frozenset({"device_unknown"}), False
+                ks, cuda = frozenset({Kind.DEVICE_UNKNOWN}), False
             if (self.summaries.get(caller) or {}).get("framework"):
                 # Accelerate/Lightning place batches (prepared loaders yield them on the
                 # device) and set precision for the callee: no device fact, no CUDA claim.
-                ks, cuda = frozenset({"device_unknown"}), False
+                ks, cuda = frozenset({Kind.DEVICE_UNKNOWN}), False
             per_site.append(ks)
             all_cuda = all_cuda and cuda
         union: set[str] = set().union(*per_site)
-        if len({("device_cuda" in ks) for ks in per_site}) > 1:
-            union.add("device_unknown")  # CUDA from some callers, not from others: no fact
+        if len({(Kind.DEVICE_CUDA in ks) for ks in per_site}) > 1:
+            union.add(Kind.DEVICE_UNKNOWN)  # CUDA from some callers, not from others: no fact
         got = (frozenset(union), all_cuda)
         self._memo[key] = got
         return got
@@ -270,7 +271,7 @@ class CallerFacts:
         caller's own parameter); "device_unknown" among them when a site passes something
         unknown or the sites disagree on CUDA; empty when nothing is known."""
         got = self._param_device(where, index, name)[0]
-        return frozenset() if got <= {"device_unknown"} else got
+        return frozenset() if got <= {Kind.DEVICE_UNKNOWN} else got
 
     def receives_cuda(self, path: str) -> bool:
         """Whether the functions of `path` run only in CUDA programs: a parameter gets CUDA
@@ -298,7 +299,7 @@ class CallerFacts:
                 if self._param_device(where, i - skip if i < len(pos) else 10_000, p)[1]:
                     found = True
                     break
-            if not found and "dataloader" in self.index.result_kinds(where) \
+            if not found and Kind.DATALOADER in self.index.result_kinds(where) \
                     and all((self.summaries.get(caller) or {}).get("cuda")
                             and not (self.summaries.get(caller) or {}).get("framework") for caller, _ in sites):
                 found = True
@@ -419,4 +420,4 @@ class CallerFacts:
         if w is None or not w[1] or (caller, ref) == w:
             return frozenset()
         got = self.index.result_kinds(w)
-        return got & {"dataloader"} if unpacked else got
+        return got & {Kind.DATALOADER} if unpacked else got

@@ -71,15 +71,15 @@ def _path_literal(facts, node: cst.BaseExpression, depth: int = 0) -> str | None
     v = literal_value(node)
     if isinstance(v, str):
         return v
-    if isinstance(node, cst.Call) and len(node.args) == 1 and facts.qualname(node.func) in ("pathlib.Path", "Path"):
+    if isinstance(node, cst.Call) and len(node.args) == 1 and facts.tree.qualname(node.func) in ("pathlib.Path", "Path"):
         return _path_literal(facts, node.args[0].value, depth)
     if isinstance(node, cst.Name) and depth < 3:
-        bs = facts.lookup(node.value, node)
+        bs = facts.bindings.lookup(node.value, node)
         if len(bs) == 1 and bs[0].how == "expr":
             return _path_literal(facts, bs[0].node, depth + 1)
         return None
     if isinstance(node, cst.Attribute):
-        found, default = facts.option_default(node)
+        found, default = facts.cross.option_default(node)
         return default if found and isinstance(default, str) else None
     return None
 
@@ -89,8 +89,8 @@ def _opened_path(facts, node: cst.BaseExpression, depth: int = 0) -> str | None:
     `Path(P).read_text()`, or a name bound once (`with open(P) as f`, `f = open(P)`)."""
     if isinstance(node, cst.Call):
         func = node.func
-        builtin = isinstance(func, cst.Name) and func.value == "open" and not facts.lookup("open", func)
-        if (builtin or facts.qualname(func) in ("io.open", "builtins.open")) and node.args:
+        builtin = isinstance(func, cst.Name) and func.value == "open" and not facts.bindings.lookup("open", func)
+        if (builtin or facts.tree.qualname(func) in ("io.open", "builtins.open")) and node.args:
             return _path_literal(facts, node.args[0].value)
         if isinstance(func, cst.Attribute) and func.attr.value in ("read", "read_text", "read_bytes"):
             inner = func.value
@@ -99,7 +99,7 @@ def _opened_path(facts, node: cst.BaseExpression, depth: int = 0) -> str | None:
             return _path_literal(facts, inner)
         return None
     if isinstance(node, cst.Name) and depth < 3:
-        bs = facts.lookup(node.value, node)
+        bs = facts.bindings.lookup(node.value, node)
         if len(bs) == 1 and bs[0].how in ("expr", "with"):
             return _opened_path(facts, bs[0].node, depth + 1)
     return None
@@ -108,14 +108,14 @@ def _opened_path(facts, node: cst.BaseExpression, depth: int = 0) -> str | None:
 def config_source(facts, name: cst.Name) -> tuple[str, bool] | None:
     """(literal path, attribute access works) when `name` is bound once to a parsed config
     file of the project."""
-    bs = facts.lookup(name.value, name)
+    bs = facts.bindings.lookup(name.value, name)
     if len(bs) != 1 or bs[0].how != "expr" or not isinstance(bs[0].node, cst.Call):
         return None
     call, attrs = bs[0].node, False
-    q = facts.qualname(call.func)
+    q = facts.tree.qualname(call.func)
     if q in _ATTRIBUTE_DICTS and len(call.args) == 1 and isinstance(call.args[0].value, cst.Call):
         call, attrs = call.args[0].value, True
-        q = facts.qualname(call.func)
+        q = facts.tree.qualname(call.func)
     if not call.args or call.args[0].keyword is not None:
         return None
     if q in _PATH_LOADERS:

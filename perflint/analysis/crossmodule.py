@@ -13,17 +13,23 @@ from functools import cached_property
 
 import libcst as cst
 
+from perflint.analysis.component import Component
+
 from perflint.analysis.syntax import NOT_LITERAL, call_name, literal_value
-from perflint.analysis.vocab import MODEL_FACTORIES, _OPTION_ROOTS
+from perflint.analysis.vocab import _OPTION_ROOTS
 from perflint.names import dotted
 
 
-class CrossModuleMixin:
+class CrossModule(Component):
+    """What the other modules of the project say about this file's names, calls and parameters."""
+
+    needs = ("tree", "bindings")
+
     # -- references into the project ------------------------------------------------------
     def project_ref(self, expr: cst.BaseExpression) -> str | None:
         from perflint.analysis.summary import reference
 
-        return reference(self, expr)
+        return reference(self.facts, expr)
 
     def instance_class(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
         """The class (as a reference: "#Local" or an import path) whose instance `expr`
@@ -39,81 +45,21 @@ class CrossModuleMixin:
             if name is None:
                 return None
             head = name.split(".", 1)[0]
-            if "." not in name and name in self.classes_by_name:
+            if "." not in name and name in self.tree.classes_by_name:
                 return "#" + name
-            if head in self.classes_by_name or head in self.functions_by_name:
+            if head in self.tree.classes_by_name or head in self.tree.functions_by_name:
                 return None
             ref = self.project_ref(f)
             last = name.rsplit(".", 1)[-1]
             return ref if ref is not None and last[:1].isupper() else None
         bindings = []
         if isinstance(expr, cst.Name):
-            bindings = self.lookup(expr.value, expr)
+            bindings = self.bindings.lookup(expr.value, expr)
         elif isinstance(expr, cst.Attribute):
-            bindings = self.self_attr_bindings(expr)
+            bindings = self.bindings.self_attr_bindings(expr)
         if len(bindings) == 1 and bindings[0].how == "expr":
             return self.instance_class(bindings[0].node, depth + 1)
         return None
-
-    def factory_choices(self, func: cst.BaseExpression) -> list | None:
-        """What a model chosen by name is picked from, when `func(...)` builds one:
-        `torchvision.models.__dict__[arch]` and `getattr(torchvision.models, name)` give
-        ["torchvision.models.by_name"] (any classifier of that module); `ARCHS[name]` or
-        `ARCHS.get(name)` on a dict bound once to a literal whose values are all model
-        classes (of this file, the project or torch) gives those values as expressions.
-        None otherwise."""
-        if isinstance(func, cst.Subscript):
-            q = self.qualname(func.value) or ""
-            if q.endswith(".__dict__") and q.startswith(("torchvision.models", "timm.models")):
-                return [q[: -len(".__dict__")] + ".by_name"]
-            return self._model_dict_values(func.value)
-        if isinstance(func, cst.Call):
-            if isinstance(func.func, cst.Name) and func.func.value == "getattr" and not self.lookup("getattr", func) \
-                    and len(func.args) >= 2:
-                q = self.qualname(func.args[0].value) or ""
-                if q.startswith(("torchvision.models", "timm.models")) and "." not in q[len("torchvision.models"):].strip("."):
-                    return [q + ".by_name"]
-                return None
-            if isinstance(func.func, cst.Attribute) and func.func.attr.value == "get" and func.args:
-                return self._model_dict_values(func.func.value)
-        return None
-
-    def factory_layer_apis(self, func: cst.BaseExpression) -> set[str]:
-        """Layer APIs of the models a by-name choice (`factory_choices`) may build: library
-        names as they are (`torchvision.models.by_name`, `torchvision.models.resnet50`), a
-        project class's layers through the project; a class of this file builds its layers
-        here (the file's own calls)."""
-        out: set[str] = set()
-        for v in self.factory_choices(func) or ():
-            if isinstance(v, str):
-                out.add(v)
-                continue
-            q = self.qualname(v)
-            ref = self.project_ref(v)
-            if q is not None and ref is None:
-                out.add(q)  # a library model (`torchvision.models.resnet50`)
-            elif self.project is not None and ref is not None and not ref.startswith("#"):
-                out |= self.project.layer_apis(ref)
-        return out
-
-    def _model_dict_values(self, node: cst.BaseExpression) -> list | None:
-        if not isinstance(node, cst.Name):
-            return None
-        bs = self.lookup(node.value, node)
-        if len(bs) != 1 or bs[0].how != "expr" or not isinstance(bs[0].node, cst.Dict) or not bs[0].node.elements:
-            return None
-        values = []
-        for el in bs[0].node.elements:
-            if not isinstance(el, cst.DictElement) or not isinstance(el.value, (cst.Name, cst.Attribute)):
-                return None
-            v = el.value
-            q = self.qualname(v) or ""
-            local = isinstance(v, cst.Name) and v.value in self.module_classes and v.value not in self.loss_classes
-            lib = bool(MODEL_FACTORIES.match(q)) or (q.startswith("torch.nn.") and q.rsplit(".", 1)[-1][:1].isupper())
-            if not (local or lib or "model" in self.project_class_kinds(v)):
-                return None
-            values.append(v)
-        return values
 
     def project_call_kinds(self, call: cst.Call) -> set[str]:
         if self.project is None:
@@ -135,7 +81,7 @@ class CrossModuleMixin:
         """`self.device` / `self.model` set in a base class of another module."""
         if self.project is None or not (isinstance(node.value, cst.Name) and node.value.value == "self"):
             return None
-        cls = self.enclosing_class(node)
+        cls = self.tree.enclosing_class(node)
         seen = 0
         while cls is not None and seen < 5:
             seen += 1
@@ -146,7 +92,7 @@ class CrossModuleMixin:
                 got = self.project.attr_kinds(ref, node.attr.value)
                 if got is not None:
                     return set(got)
-            cls = self._local_base_class(cls)
+            cls = self.bindings._local_base_class(cls)
         return None
 
     def _param_position(self, param: cst.Param, fn: cst.FunctionDef) -> tuple[str, int] | None:
@@ -156,7 +102,7 @@ class CrossModuleMixin:
         nested functions."""
         from perflint.analysis.summary import _symbol_of
 
-        symbol = _symbol_of(self, fn)
+        symbol = _symbol_of(self.facts, fn)
         if symbol is None:
             return None
         params = fn.params
@@ -195,7 +141,7 @@ class CrossModuleMixin:
             return None
         from perflint.analysis.summary import _symbol_of
 
-        symbol = _symbol_of(self, fn)
+        symbol = _symbol_of(self.facts, fn)
         if symbol is None or "." in symbol:
             return None
         got = self.project.kwargs_of(symbol)
@@ -207,7 +153,7 @@ class CrossModuleMixin:
             if state[0] == "some":
                 node = cst.IfExp(test=cst.Name("__perflint_unknown__"), body=node,
                                  orelse=cst.Name("__perflint_missing__"))
-                self.parents[node] = at
+                self.tree.parents[node] = at
             out[key] = node
         return out
 
@@ -220,7 +166,7 @@ class CrossModuleMixin:
             self._passed_options[node] = (len(state) > 2, state[2] if len(state) > 2 else None)
         else:
             node = cst.Name("__perflint_unknown__")
-        self.parents[node] = at
+        self.tree.parents[node] = at
         return node
 
     @cached_property
@@ -234,40 +180,17 @@ class CrossModuleMixin:
             return None
         from perflint.analysis.summary import _symbol_of
 
-        symbol = _symbol_of(self, fn)
+        symbol = _symbol_of(self.facts, fn)
         if symbol is None:
             return None
         return self.project.step_caller(symbol)
-
-    @cached_property
-    def project_layer_apis(self) -> frozenset[str]:
-        """torch layer APIs built by the project classes and functions this file calls, and
-        by the models it picks by name (`ARCHS[name](...)`, `models.__dict__[arch](...)`)."""
-        out: set[str] = set()
-        for call in self.index[cst.Call]:
-            if isinstance(call.func, (cst.Subscript, cst.Call)):
-                out |= self.factory_layer_apis(call.func)
-        if self.project is None:
-            return frozenset(out)
-        for call in self.index[cst.Call]:
-            ref = self.project_ref(call.func)
-            if ref is None or ref.startswith("#"):
-                continue
-            out |= self.project.layer_apis(ref)
-        # A model handed in by every caller (`fit(model, ...)` with `model = Net(...)`).
-        for fn in self.index[cst.FunctionDef]:
-            for param in [*fn.params.posonly_params, *fn.params.params]:
-                pos = self._param_position(param, fn)
-                if pos is not None and "model" in self.project_param_kinds(param, fn):
-                    out |= self.project.param_layer_apis(pos[0], pos[1], param.name.value)
-        return frozenset(out)
 
     # -- options --------------------------------------------------------------------------
     @cached_property
     def own_option_defaults(self) -> dict:
         from perflint.analysis.summary import _defaults
 
-        return _defaults(self)
+        return _defaults(self.facts)
 
     def option_default(self, node: cst.BaseExpression) -> tuple[bool, object]:
         """(True, value) when `node` is an option such as `args.workers`, `cfg.num_workers`
@@ -278,10 +201,10 @@ class CrossModuleMixin:
             return passed  # passed by the callers through `**kwargs`: the default they know
         from perflint.analysis.configfiles import config_value
 
-        got = config_value(self, node)  # `cfg["num_workers"]` of a YAML/JSON file of the project
+        got = config_value(self.facts, node)  # `cfg["num_workers"]` of a YAML/JSON file of the project
         if got is not None:
             return got
-        if isinstance(node, cst.Name) and self.project is not None and not self.lookup(node.value, node):
+        if isinstance(node, cst.Name) and self.project is not None and not self.bindings.lookup(node.value, node):
             ref = self.project_ref(node)  # `num_workers=NUM_WORKERS` imported from a project module
             if ref is not None and not ref.startswith("#"):
                 return self.project.constant(ref)
@@ -336,7 +259,7 @@ class CrossModuleMixin:
                         return None
                     out.update(inner)
             return out
-        if isinstance(node, cst.Call) and dotted(node.func) == "dict" and not self.lookup("dict", node):
+        if isinstance(node, cst.Call) and dotted(node.func) == "dict" and not self.bindings.lookup("dict", node):
             out = {}
             for a in node.args:
                 if a.keyword is not None:
@@ -354,8 +277,8 @@ class CrossModuleMixin:
         return None
 
     def _dict_name(self, node: cst.Name, at: cst.CSTNode, depth: int) -> dict | None:
-        scope = self.scope_of(node)
-        bindings = self.bindings.get(scope, {}).get(node.value, [])
+        scope = self.tree.scope_of(node)
+        bindings = self.bindings.scopes.get(scope, {}).get(node.value, [])
         star = scope.params.star_kwarg if isinstance(scope, cst.FunctionDef) else None
         if not bindings and star is not None and star.name.value == node.value:
             # `def make_loader(root, bs, **kw): return DataLoader(..., **kw)`: what the
@@ -370,16 +293,16 @@ class CrossModuleMixin:
         if base is None:
             return None
         out = dict(base)
-        site_order = self.order.get(site, 0)
-        at_order = self.order.get(at, 0)
-        for use in self.later_uses(node.value, scope, site_order):
-            if self.order.get(use, 0) >= at_order:
+        site_order = self.tree.order.get(site, 0)
+        at_order = self.tree.order.get(at, 0)
+        for use in self.tree.later_uses(node.value, scope, site_order):
+            if self.tree.order.get(use, 0) >= at_order:
                 break
-            if self.is_inside(use, site):
+            if self.tree.is_inside(use, site):
                 continue  # the binding's own target
-            parent = self.parent(use)
+            parent = self.tree.parent(use)
             if isinstance(parent, cst.Attribute) and parent.value is use:
-                call = self.parent(parent)
+                call = self.tree.parent(parent)
                 if not (isinstance(call, cst.Call) and call.func is parent):
                     return None
                 if parent.attr.value == "update" and len(call.args) == 1 and not call.args[0].keyword:
@@ -406,18 +329,12 @@ class CrossModuleMixin:
         return out
 
     def _maybe_skipped(self, node: cst.CSTNode, since: cst.CSTNode) -> bool:
-        for a in self.ancestors(node):
-            if a is since or self.is_inside(since, a):
+        for a in self.tree.ancestors(node):
+            if a is since or self.tree.is_inside(since, a):
                 return False
             if isinstance(a, (cst.If, cst.Else, cst.Try, cst.ExceptHandler, cst.For, cst.While, cst.IfExp)):
                 return True
         return False
-
-    # -- per-call execution ---------------------------------------------------------------
-    def runs_on_every_call(self, node: cst.CSTNode, host: cst.FunctionDef) -> bool:
-        """Whether `node` runs each time `host` runs (not in a throttled or leaving branch,
-        an exception handler or a nested function)."""
-        return self.runs_each_time(node, host, nested_functions=False)
 
 
 def literal_or_default(facts, node: cst.BaseExpression):
@@ -425,8 +342,8 @@ def literal_or_default(facts, node: cst.BaseExpression):
     v = literal_value(node)
     if v is not NOT_LITERAL:
         return v
-    found, value = facts.option_default(node)
+    found, value = facts.cross.option_default(node)
     return value if found else NOT_LITERAL
 
 
-__all__ = ["CrossModuleMixin", "literal_or_default", "call_name"]
+__all__ = ["CrossModule", "literal_or_default", "call_name"]

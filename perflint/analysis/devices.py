@@ -9,30 +9,34 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from perflint.analysis.syntax import call_name, get_arg, literal_value
-from perflint.analysis.vocab import _DTYPE_NAMES
+from perflint.analysis.component import Component
+
+from perflint.analysis.syntax import literal_value
+from perflint.analysis.vocab import Kind
 
 if TYPE_CHECKING:
     from perflint.analysis.facts import Facts
 
 
-class DevicesMixin:
+class Devices(Component):
+    needs = ("tree", "cross")
+
     def device_kinds(self, node: cst.CSTNode) -> set[str]:
-        return _device_kinds_of(self, node)
+        return _device_kinds_of(self.facts, node)
 
     def is_provably_cuda(self, node: cst.CSTNode | None) -> bool:
         """A device expression that is CUDA, or CUDA-or-CPU from `torch.cuda.is_available()`."""
         if node is None:
             return False
         ks = self.device_kinds(node)
-        return "device_cuda" in ks and not (ks & {"device_other", "device_unknown"})
+        return Kind.DEVICE_CUDA in ks and not (ks & {Kind.DEVICE_OTHER, Kind.DEVICE_UNKNOWN})
 
     def is_device_expr(self, node: cst.CSTNode | None) -> bool:
         """A device for sure (not a dtype or tensor): literal, torch.device, or names bound only to those."""
         if node is None:
             return False
         ks = self.device_kinds(node)
-        return bool(ks) and not (ks & {"device_unknown"})
+        return bool(ks) and not (ks & {Kind.DEVICE_UNKNOWN})
 
     @cached_property
     def is_cuda_code(self) -> bool:
@@ -46,12 +50,12 @@ class DevicesMixin:
         if self.project.receives_cuda():
             return True
         # A subclass of a project class whose `self.device` is CUDA runs there too.
-        for cls in self.index[cst.ClassDef]:
+        for cls in self.tree.index[cst.ClassDef]:
             for base in cls.bases:
-                ref = self.project_ref(base.value)
+                ref = self.cross.project_ref(base.value)
                 if ref is not None and not ref.startswith("#"):
                     got = self.project.attr_kinds(ref, "device")
-                    if got is not None and "device_cuda" in got:
+                    if got is not None and Kind.DEVICE_CUDA in got:
                         return True
         return False
 
@@ -59,22 +63,22 @@ class DevicesMixin:
     def own_cuda_code(self) -> bool:
         """The file calls `.cuda()`, names a "cuda" device, uses `torch.cuda` or
         `torch.accelerator`, or builds `torch.device(<option>)` whose default is "cuda"."""
-        for call in self.index[cst.Call]:
+        for call in self.tree.index[cst.Call]:
             if isinstance(call.func, cst.Attribute) and call.func.attr.value == "cuda":
                 return True
-        for s in self.index[cst.SimpleString]:
+        for s in self.tree.index[cst.SimpleString]:
             v = literal_value(s)
             if isinstance(v, str) and re.fullmatch(r"cuda(:\d+)?", v):
                 return True
-        for a in self.index[cst.Attribute]:
-            q = self.qualname(a)
+        for a in self.tree.index[cst.Attribute]:
+            q = self.tree.qualname(a)
             if q is not None and (q == "torch.cuda.is_available" or q.startswith(("torch.cuda.", "torch.accelerator."))):
                 return True  # `torch.accelerator` (torch >= 2.6) stands for CUDA on NVIDIA machines
-        for call in self.calls_to("torch.device"):
+        for call in self.tree.calls_to("torch.device"):
             # `torch.device(cfg.device)` with a "cuda" default (argparse, a config field)
             if call.args and not isinstance(call.args[0].value, (cst.SimpleString, cst.Name)):
-                found, default = self.option_default(call.args[0].value)
-                if found and isinstance(default, str) and _device_string_kinds(default) == {"device_cuda"}:
+                found, default = self.cross.option_default(call.args[0].value)
+                if found and isinstance(default, str) and _device_string_kinds(default) == {Kind.DEVICE_CUDA}:
                     return True
         return False
 
@@ -84,45 +88,12 @@ class DevicesMixin:
         its copies are host-to-CUDA copies (file-wide settings still belong to the caller)."""
         return any(len(c) > 4 and c[4] for c in self._cross_step_callers())
 
-    @cached_property
-    def may_use_accelerator(self) -> bool:
-        """Whether tensors in this file may live on an accelerator: CUDA code, data moved
-        with `.to(<device>)` where the device is not provably the CPU, a `device=` argument
-        that is not the CPU, or a training framework that places data itself."""
-        if self.is_cuda_code:
-            return True
-        for call in self.index[cst.Call]:
-            name = call_name(call)
-            if name in ("to",) and isinstance(call.func, cst.Attribute) and call.args:
-                dev = get_arg(call, "device", 0)
-                if dev is None:
-                    continue
-                q = self.qualname(dev.value) or ""
-                if q.startswith("torch.") and q.rsplit(".", 1)[-1] in _DTYPE_NAMES:
-                    continue
-                if self.kinds(dev.value) & {"tensor", "output", "batch"}:
-                    continue
-                if self.device_kinds(dev.value) - {"device_cpu"}:
-                    return True
-            for arg in call.args:
-                if arg.keyword is not None and arg.keyword.value == "device":
-                    if self.device_kinds(arg.value) - {"device_cpu"}:
-                        return True
-            q = self.qualname(call.func) or ""
-            if q in ("torch.set_default_device", "torch.cuda.set_device"):
-                return True
-        frameworks = ("accelerate", "lightning", "pytorch_lightning", "deepspeed", "transformers", "fabric")
-        if any(self.imports.imports_module(f) for f in frameworks):
-            return True
-        # A per-step helper runs wherever the loop that calls it runs.
-        return any(len(c) > 3 and c[3] for c in self._cross_step_callers())
-
     def _cross_step_callers(self) -> list:
         if self.project is None:
             return []
         out = []
-        for fn in self.index[cst.FunctionDef]:
-            caller = self.project_step_caller(fn)
+        for fn in self.tree.index[cst.FunctionDef]:
+            caller = self.cross.project_step_caller(fn)
             if caller is not None:
                 out.append(caller)
         return out
@@ -130,63 +101,63 @@ class DevicesMixin:
 
 def _device_string_kinds(v: str) -> set[str]:
     if re.fullmatch(r"cuda(:\d+)?", v):
-        return {"device_cuda"}
+        return {Kind.DEVICE_CUDA}
     if v == "cpu":
-        return {"device_cpu"}
+        return {Kind.DEVICE_CPU}
     if re.fullmatch(r"(mps|xpu|hpu|mtia|meta|xla|privateuseone|npu)(:\d+)?", v):
-        return {"device_other"}
+        return {Kind.DEVICE_OTHER}
     return set()
 
 
 def _device_kinds_of(facts: Facts, node: cst.CSTNode, depth: int = 0) -> set[str]:
     """Device kinds of an expression: device_cuda / device_cpu / device_other / device_unknown."""
     if depth > 8:
-        return {"device_unknown"}
+        return {Kind.DEVICE_UNKNOWN}
     if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
         v = literal_value(node)
         ks = _device_string_kinds(v) if isinstance(v, str) else set()
-        return ks or {"device_unknown"}
+        return ks or {Kind.DEVICE_UNKNOWN}
     if isinstance(node, cst.Integer):
-        return {"device_cuda"}  # `.to(0)` / `.cuda(0)`
+        return {Kind.DEVICE_CUDA}  # `.to(0)` / `.cuda(0)`
     if isinstance(node, cst.IfExp):
         return _device_kinds_of(facts, node.body, depth + 1) | _device_kinds_of(facts, node.orelse, depth + 1)
     if isinstance(node, cst.Call):
-        q = facts.qualname(node.func)
+        q = facts.tree.qualname(node.func)
         if q == "torch.device" and node.args:
             return _device_kinds_of(facts, node.args[0].value, depth + 1)
         if q == "torch.cuda.current_device":
-            return {"device_cuda"}
+            return {Kind.DEVICE_CUDA}
         if q == "torch.accelerator.current_accelerator":
-            return {"device_cuda", "device_other"}
-        return {"device_unknown"}
+            return {Kind.DEVICE_CUDA, Kind.DEVICE_OTHER}
+        return {Kind.DEVICE_UNKNOWN}
     if isinstance(node, cst.Name):
-        bs = facts.lookup(node.value, node)
+        bs = facts.bindings.lookup(node.value, node)
         if not bs:
-            return {"device_unknown"}
+            return {Kind.DEVICE_UNKNOWN}
         out: set[str] = set()
         for b in bs:
             if b.how == "expr":
                 out |= _device_kinds_of(facts, b.node, depth + 1)
             elif b.how == "param":
                 # What every caller in the project passes (unknown when any caller is).
-                got = facts.project_param_device(b.node, b.site)
-                out |= got or {"device_unknown"}
+                got = facts.cross.project_param_device(b.node, b.site)
+                out |= got or {Kind.DEVICE_UNKNOWN}
             else:
-                out.add("device_unknown")
+                out.add(Kind.DEVICE_UNKNOWN)
         return out
     if isinstance(node, cst.Attribute):
-        bs = facts.self_attr_bindings(node)
+        bs = facts.bindings.self_attr_bindings(node)
         if bs:
             out = set()
             for b in bs:
-                out |= _device_kinds_of(facts, b.node, depth + 1) if b.how == "expr" else {"device_unknown"}
+                out |= _device_kinds_of(facts, b.node, depth + 1) if b.how == "expr" else {Kind.DEVICE_UNKNOWN}
             return out
-        inherited = facts.project_attr_kinds(node)  # `self.device` set in a base class elsewhere
+        inherited = facts.cross.project_attr_kinds(node)  # `self.device` set in a base class elsewhere
         if inherited is not None:
-            got = inherited & {"device_cuda", "device_cpu", "device_other"}
-            return set(got) or {"device_unknown"}
-        found, default = facts.option_default(node)  # `args.device`: its default, or what is passed
+            got = inherited & {Kind.DEVICE_CUDA, Kind.DEVICE_CPU, Kind.DEVICE_OTHER}
+            return set(got) or {Kind.DEVICE_UNKNOWN}
+        found, default = facts.cross.option_default(node)  # `args.device`: its default, or what is passed
         if found and isinstance(default, str) and _device_string_kinds(default):
-            return _device_string_kinds(default) | {"device_unknown"}
-        return {"device_unknown"}
-    return {"device_unknown"}
+            return _device_string_kinds(default) | {Kind.DEVICE_UNKNOWN}
+        return {Kind.DEVICE_UNKNOWN}
+    return {Kind.DEVICE_UNKNOWN}

@@ -5,22 +5,43 @@ from __future__ import annotations
 
 import libcst as cst
 
-from perflint.analysis.bindings import Binding, BindingsMixin
-from perflint.analysis.callkinds import CallKindsMixin
-from perflint.analysis.crossmodule import CrossModuleMixin
-from perflint.analysis.devices import DevicesMixin
-from perflint.analysis.filewide import FileWideMixin
-from perflint.analysis.gradmode import GradModeMixin
-from perflint.analysis.hotpath import HotPathMixin
-from perflint.analysis.kinds import KindsMixin
-from perflint.analysis.loops import LoopsMixin
-from perflint.analysis.throttles import ThrottlesMixin
-from perflint.analysis.tree import _INDEXED, Scope, TreeMixin, _child_fields
+from perflint.analysis.bindings import Bindings
+from perflint.analysis.crossmodule import CrossModule
+from perflint.analysis.devices import Devices
+from perflint.analysis.filewide import FileWide
+from perflint.analysis.gradmode import GradMode
+from perflint.analysis.hotpath import HotPath
+from perflint.analysis.kinds import Kinds
+from perflint.analysis.loops import Loops
+from perflint.analysis.steps import Steps
+from perflint.analysis.throttles import Throttles
+from perflint.analysis.tree import Tree
 from perflint.names import ImportTable
 
 
-class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, FileWideMixin, LoopsMixin,
-            GradModeMixin, ThrottlesMixin, HotPathMixin, CrossModuleMixin):
+class Facts:
+    """The analyses of one file, each a component (`analysis.component`) that reads the
+    ones before it in `COMPONENTS`:
+
+    * `tree` — the walk: parents, source order, the per-type index, imports; navigation;
+    * `bindings` — what each name and `self.` attribute is bound to, and which bindings reach a use;
+    * `cross` — what the project's other modules say (a function's callers, a class's
+      attributes, option defaults);
+    * `devices` — device expressions, and whether the file is CUDA code;
+    * `kinds` — what an expression holds (loader, batch, model, optimizer …; `kinds.calls`:
+      what a call returns);
+    * `steps` — calls that run backward or step an optimizer;
+    * `filewide` — the file's words, settings it references, autocast and scaler use;
+    * `throttles` — tests that keep code from running every iteration, branches no run takes;
+    * `loops` — training and evaluation loops, per-step functions, what runs every iteration;
+    * `grad` — code that runs with autograd off;
+    * `hotpath` — the evidence that a node runs on every optimizer step.
+    """
+
+    COMPONENTS = (("tree", Tree), ("bindings", Bindings), ("cross", CrossModule), ("devices", Devices),
+                  ("kinds", Kinds), ("steps", Steps), ("filewide", FileWide), ("throttles", Throttles),
+                  ("loops", Loops), ("grad", GradMode), ("hotpath", HotPath))
+
     def __init__(self, module: cst.Module, target_torch: tuple[int, int] = (2, 4), project=None,
                  tree: "Facts | None" = None) -> None:
         self.module = module
@@ -30,106 +51,25 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, 
         self.project = project
         # Per-step functions called from another file: function → (file, line, loop kind).
         self.step_callers: dict[cst.FunctionDef, tuple[str, int, str]] = {}
-        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
-        self.order: dict[cst.CSTNode, int] = {}
-        self._preorder: list[cst.CSTNode] = []
-        self.index: dict[type, list[cst.CSTNode]] = {t: [] for t in _INDEXED}
-        self.imports = ImportTable()
-        # scope → name → bindings
-        self.bindings: dict[Scope, dict[str, list[Binding]]] = {}
-        # class → attribute → bindings (from `self.x = …` in any method)
-        self.attr_bindings: dict[cst.ClassDef, dict[str, list[Binding]]] = {}
-        self.functions_by_name: dict[str, list[cst.FunctionDef]] = {}
-        self.classes_by_name: dict[str, cst.ClassDef] = {}
-        self._memo_kinds: dict[tuple, frozenset[str]] = {}
-        if tree is not None and tree.module is module:
-            self._adopt(tree)
-        else:
-            self._walk()
+        # A second analysis of the same module (its first one only summarised it) takes the
+        # walk and the bindings of the first: nothing there depends on the project.
+        same = tree if tree is not None and tree.module is module else None
+        self.tree = Tree(self, same.tree, same._base_imports) if same is not None else Tree(self)
+        self.bindings = Bindings(self, same.bindings if same is not None else None)
+        for name, component in self.COMPONENTS[2:]:
+            setattr(self, name, component(self))
         self._resolve_imports()
         self.target_torch = min(target_torch, self._code_bound())
-
-    # -- the walk -----------------------------------------------------------------------
-    _TREE_PARTS = ("parents", "order", "_preorder", "index", "bindings", "attr_bindings", "functions_by_name",
-                   "classes_by_name")
-    _TREE_MEMOS = ("_scope_memo", "_subtree_end", "_calls_by_bare_name")
-
-    def _adopt(self, tree: "Facts") -> None:
-        """Take the walk of another Facts of the same module (parents, order, the index, the
-        bindings: nothing there depends on the project), for a second analysis of a file
-        whose first one only summarised it.  `tree` is not used afterwards."""
-        for name in self._TREE_PARTS:
-            setattr(self, name, getattr(tree, name))
-        for name in self._TREE_MEMOS:
-            if name in tree.__dict__:
-                self.__dict__[name] = tree.__dict__[name]
-        base = tree._base_imports
-        self.imports.aliases, self.imports.relative, self.imports.stars = \
-            dict(base.aliases), dict(base.relative), list(base.stars)
-
-    def _walk(self) -> None:
-        parents = self.parents
-        order = self.order
-        index = self.index
-        indexed = set(_INDEXED)
-        stack: list[cst.CSTNode] = [self.module]
-        counter = 0
-        preorder = self._preorder
-        while stack:
-            node = stack.pop()
-            order[node] = counter
-            preorder.append(node)
-            counter += 1
-            cls = type(node)
-            if cls in indexed:
-                index[cls].append(node)
-            children: list[cst.CSTNode] = []
-            for name in _child_fields(cls):
-                value = getattr(node, name)
-                if isinstance(value, cst.CSTNode):
-                    children.append(value)
-                elif isinstance(value, (list, tuple)):
-                    for item in value:
-                        if isinstance(item, cst.CSTNode):
-                            children.append(item)
-            for child in children:
-                parents[child] = node
-            stack.extend(reversed(children))
-        for imp in index[cst.Import]:
-            self.imports.add_import(imp)
-        for imp in index[cst.ImportFrom]:
-            self.imports.add_import_from(imp)
-        for fn in index[cst.FunctionDef]:
-            self.functions_by_name.setdefault(fn.name.value, []).append(fn)
-            self._bind_params(fn)
-        for c in index[cst.ClassDef]:
-            self.classes_by_name.setdefault(c.name.value, c)
-        for node in index[cst.Assign]:
-            for target in node.targets:
-                self._bind_target(target.target, Binding("expr", node.value, site=node))
-        for node in index[cst.AnnAssign]:
-            if node.value is not None:
-                self._bind_target(node.target, Binding("expr", node.value, site=node))
-        for node in index[cst.NamedExpr]:
-            self._bind_target(node.target, Binding("expr", node.value, site=node))
-        for node in index[cst.For]:
-            self._bind_target(node.target, Binding("iter", node.iter, site=node))
-        for node in index[cst.CompFor]:
-            self._bind_target(node.target, Binding("iter", node.iter, site=node))
-        for node in index[cst.With]:
-            for item in node.items:
-                if item.asname is not None:
-                    self._bind_target(item.asname.name, Binding("with", item.item, site=node))
 
     def _resolve_imports(self) -> None:
         """What depends on the project: names a star import binds, then module-level aliases
         (`Loader = DataLoader`) resolved through them.  The imports as the file spells them are
         kept (`_base_imports`) for another analysis of the same tree."""
         base = ImportTable()
-        base.aliases, base.relative, base.stars = dict(self.imports.aliases), dict(self.imports.relative), \
-            list(self.imports.stars)
+        base.aliases, base.relative, base.stars = dict(self.tree.imports.aliases), dict(self.tree.imports.relative), \
+            list(self.tree.imports.stars)
         self._base_imports = base
-        if self.imports.stars:
+        if self.tree.imports.stars:
             self._star_library_names()
         # Module-level re-bindings of imported names: `Loader = DataLoader`.
         for stmt in self.module.body:
@@ -141,7 +81,7 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, 
                         and isinstance(small.targets[0].target, cst.Name)
                         and isinstance(small.value, (cst.Name, cst.Attribute))
                     ):
-                        self.imports.add_alias(small.targets[0].target.value, small.value)
+                        self.tree.imports.add_alias(small.targets[0].target.value, small.value)
 
     def _code_bound(self) -> tuple[int, int]:
         """The newest torch the file's code allows: `torchtext.legacy` exists only in
@@ -150,15 +90,15 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, 
         torch 0.5. The file runs on an older torch than the project's target, so advice for a
         newer one (`fused=True`, `torch.autocast`) does not apply."""
         bound = (99, 0)
-        for node in self.index[cst.Attribute]:
+        for node in self.tree.index[cst.Attribute]:
             if node.attr.value == "data" and _loss_name(node.value):
-                parent = self.parents.get(node)
+                parent = self.tree.parents.get(node)
                 if isinstance(parent, cst.Subscript) and parent.value is node and len(parent.slice) == 1 \
                         and isinstance(parent.slice[0].slice, cst.Index) \
                         and isinstance(parent.slice[0].slice.value, cst.Integer) and parent.slice[0].slice.value.value == "0":
                     bound = (0, 4)
                     break
-        for full in self.imports.aliases.values():
+        for full in self.tree.imports.aliases.values():
             if full == "torchtext.legacy" or full.startswith("torchtext.legacy."):
                 bound = min(bound, (1, 10))
             elif full in _OLD_TORCHTEXT:
@@ -175,11 +115,11 @@ class Facts(TreeMixin, BindingsMixin, KindsMixin, CallKindsMixin, DevicesMixin, 
         found = dict(self.project.star_aliases()) if self.project is not None else {}
         for local, full in _CONVENTIONAL.items():
             found.setdefault(local, full)
-        bound = {name for names in self.bindings.values() for name in names} | set(self.functions_by_name) \
-            | set(self.classes_by_name)
+        bound = {name for names in self.bindings.scopes.values() for name in names} | set(self.tree.functions_by_name) \
+            | set(self.tree.classes_by_name)
         for local, full in found.items():
-            if full and local not in self.imports.aliases and local not in self.imports.relative and local not in bound:
-                self.imports.aliases[local] = full
+            if full and local not in self.tree.imports.aliases and local not in self.tree.imports.relative and local not in bound:
+                self.tree.imports.aliases[local] = full
 
 
 _CONVENTIONAL = {

@@ -26,8 +26,11 @@ from functools import cached_property
 
 import libcst as cst
 
+from perflint.analysis.component import Component
+
 from perflint.analysis.syntax import call_name
 from perflint.analysis.tree import iter_nodes
+from perflint.analysis.vocab import Kind
 
 _EMPTY = cst.Module(body=[])
 _SYNC_READS = {"item", "cpu", "numpy", "tolist"}
@@ -67,13 +70,15 @@ def snippet(node: cst.CSTNode, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-class HotPathMixin:
+class HotPath(Component):
+    needs = ("tree", "bindings", "cross", "kinds", "loops", "steps")
+
     def hot_path(self, node: cst.CSTNode) -> list[WhyStep] | None:
         """The chain of evidence that `node` runs on every training step, or on every batch
         of an evaluation that runs during training; None when it does not (see
         `iteration_context`), or when the evaluation is not part of training (an inference
         script, a prediction or visualisation tool, an export, a parity check)."""
-        info = self.iteration_context(node)
+        info = self.loops.iteration_context(node)
         if info is None:
             return None
         region = info.node
@@ -100,26 +105,26 @@ class HotPathMixin:
         """The module is test code found by its content: it imports pytest or unittest (a
         test helper module, a conftest-like fixture file). Test files by name are handled by
         the runner; their helpers run a few steps on tiny inputs on purpose."""
-        roots = {v.split(".", 1)[0] for v in self.imports.aliases.values()}
+        roots = {v.split(".", 1)[0] for v in self.tree.imports.aliases.values()}
         return bool(roots & {"pytest", "unittest", "_pytest"})
 
     @cached_property
     def trains(self) -> bool:
         """The file trains: a training loop, or a per-step training function."""
-        return bool(self.training_loops()) or any(k == "train" for k in self._step_functions.values())
+        return bool(self.loops.training_loops()) or any(k == "train" for k in self.loops._step_functions.values())
 
     def during_training(self, region: cst.CSTNode) -> list[WhyStep] | None:
         """For an evaluation loop or step: the evidence that it runs while a model trains —
         the file trains too, Lightning's `validation_step`, or a file that trains calls
         the function it sits in. None when nothing shows it (an inference or prediction
         script, a tool run on its own)."""
-        fn = region if isinstance(region, cst.FunctionDef) else self.enclosing_function(region)
+        fn = region if isinstance(region, cst.FunctionDef) else self.tree.enclosing_function(region)
         if fn is not None and fn.name.value == "validation_step":
             return [WhyStep(fn, "Lightning runs `validation_step` during `fit`")]
         if self.trains and self.runs_instead_of_training(region):
             return None
         if self.trains:
-            loop = next(iter(self.training_loops()), None)
+            loop = next(iter(self.loops.training_loops()), None)
             if loop is not None:
                 return [WhyStep(loop, "this file trains (its training loop), so its evaluation runs during training")]
             return [WhyStep(None, "this file trains (a per-step training function)")]
@@ -127,8 +132,8 @@ class HotPathMixin:
             return None
         from perflint.analysis.summary import _outer_function, _symbol_of
 
-        top = _outer_function(self, region) if not isinstance(region, cst.FunctionDef) or _symbol_of(self, region) is None else region
-        symbol = _symbol_of(self, top)
+        top = _outer_function(self.facts, region) if not isinstance(region, cst.FunctionDef) or _symbol_of(self.facts, region) is None else region
+        symbol = _symbol_of(self.facts, top)
         if symbol is None:
             return None
         if self.project.called_from_training(symbol):
@@ -147,32 +152,32 @@ class HotPathMixin:
             return memo[fn]
         memo[fn] = False
         found = False
-        for call in self.calls_within(fn):
+        for call in self.tree.calls_within(fn):
             if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
-                    and call.func.value.value == "self" and self.runs_each_time(call, fn, nested_functions=False):
-                cls = self.enclosing_class(fn)
-                method = next((m for m in self.functions_by_name.get(call.func.attr.value, ())
-                               if self.enclosing_class(m) is cls and m is not fn), None)
+                    and call.func.value.value == "self" and self.loops.runs_each_time(call, fn, nested_functions=False):
+                cls = self.tree.enclosing_class(fn)
+                method = next((m for m in self.tree.functions_by_name.get(call.func.attr.value, ())
+                               if self.tree.enclosing_class(m) is cls and m is not fn), None)
                 if method is not None and self.function_syncs(method):
                     found = True  # `self.expand(x)`: a method of the same class that reads back
                     break
             if isinstance(call.func, cst.Attribute) and call_name(call) in _SYNC_READS and not call.args:
                 recv = call.func.value
-                ks = self.kinds(recv)
-                if (ks & {"number", "numpy", "int", "cpu_tensor"} and not ks & {"tensor", "device_tensor", "loss", "output"}) \
-                        or "model" in ks or ("batch" in ks and "device_tensor" not in ks):
+                ks = self.kinds.of(recv)
+                if (ks & {Kind.NUMBER, Kind.NUMPY, Kind.INT, Kind.CPU_TENSOR} and not ks & {Kind.TENSOR, Kind.DEVICE_TENSOR, Kind.LOSS, Kind.OUTPUT}) \
+                        or Kind.MODEL in ks or (Kind.BATCH in ks and Kind.DEVICE_TENSOR not in ks):
                     continue
-            elif self.qualname(call.func) != "torch.cuda.synchronize":
+            elif self.tree.qualname(call.func) != "torch.cuda.synchronize":
                 continue
-            if self.runs_each_time(call, fn, nested_functions=False):
+            if self.loops.runs_each_time(call, fn, nested_functions=False):
                 found = True
                 break
         if not found:
             # `if torch.min(y) < -1.:` — a branch on a tensor reduction reads it back
             for cls in (cst.If, cst.While, cst.Assert):
-                for node in self.nodes_within(fn, cls):
-                    if self.enclosing_function(node) is fn and self._tensor_test(node.test) \
-                            and self.runs_each_time(node, fn, nested_functions=False):
+                for node in self.tree.nodes_within(fn, cls):
+                    if self.tree.enclosing_function(node) is fn and self._tensor_test(node.test) \
+                            and self.loops.runs_each_time(node, fn, nested_functions=False):
                         found = True
                         break
                 if found:
@@ -183,7 +188,7 @@ class HotPathMixin:
     def _tensor_test(self, test: cst.BaseExpression) -> bool:
         for n in iter_nodes(test):
             if isinstance(n, cst.Call):
-                q = self.qualname(n.func) or ""
+                q = self.tree.qualname(n.func) or ""
                 last = q.rsplit(".", 1)[-1] if q.startswith("torch.") else None
                 if last is None and isinstance(n.func, cst.Attribute) and not isinstance(n.func.value, cst.Name):
                     last = n.func.attr.value  # `(x > 0).any()`, `y.abs().max()`
@@ -196,9 +201,9 @@ class HotPathMixin:
         whose body (its `forward`) reads a value back each time."""
         if self.project is None:
             return False
-        ref = self.project_ref(call.func)
+        ref = self.cross.project_ref(call.func)
         if ref is None:
-            ref = self.instance_class(call.func)  # `model(x)` on an instance of a project class
+            ref = self.cross.instance_class(call.func)  # `model(x)` on an instance of a project class
         if ref is None or ref.startswith("#"):
             return False
         return self.project.call_syncs(ref)
@@ -207,16 +212,16 @@ class HotPathMixin:
         """Every optimizer the region steps was built over plain tensors, not a model's
         parameters (`Adam([latent] + noises)`): a GAN inversion, a style transfer, an
         adversarial search — the loop fits inputs to a fixed model; it does not train one."""
-        steps = [c for c in self.calls_within(region) if self.is_optimizer_step(c) and isinstance(c.func, cst.Attribute)]
+        steps = [c for c in self.tree.calls_within(region) if self.steps.is_optimizer_step(c) and isinstance(c.func, cst.Attribute)]
         if not steps:
             return False
         for c in steps:
             recv = c.func.value
-            bindings = self.lookup(recv.value, recv) if isinstance(recv, cst.Name) else []
+            bindings = self.bindings.lookup(recv.value, recv) if isinstance(recv, cst.Name) else []
             if len(bindings) != 1 or bindings[0].how != "expr" or not isinstance(bindings[0].node, cst.Call):
                 return False
             built = bindings[0].node
-            if not built.args or not (self.qualname(built.func) or "").startswith("torch.optim."):
+            if not built.args or not (self.tree.qualname(built.func) or "").startswith("torch.optim."):
                 return False
             params = built.args[0].value
             if not isinstance(params, (cst.List, cst.BinaryOperation)):
@@ -233,7 +238,7 @@ class HotPathMixin:
             return False
         for n in iter_nodes(loop.iter):
             if isinstance(n, cst.Name):
-                for b in self.lookup(n.value, n):
+                for b in self.bindings.lookup(n.value, n):
                     if b.how == "expr" and isinstance(b.node, cst.Call) and call_name(b.node) == "next":
                         return True
         return False
@@ -243,14 +248,14 @@ class HotPathMixin:
         and every use of its name in the file is a call in one arm of an `if` whose other arm
         calls a function of the file that trains (`if not args.eval: train(args) else:
         test(args)`), so it never runs while the model trains."""
-        top = region if isinstance(region, cst.FunctionDef) else self.enclosing_function(region)
-        while top is not None and self.parent(top) is not self.module:
-            top = self.enclosing_function(top)
-        if top is None or any(self.is_inside(loop, top) for loop in self.training_loops()):
+        top = region if isinstance(region, cst.FunctionDef) else self.tree.enclosing_function(region)
+        while top is not None and self.tree.parent(top) is not self.facts.module:
+            top = self.tree.enclosing_function(top)
+        if top is None or any(self.tree.is_inside(loop, top) for loop in self.loops.training_loops()):
             return False
         name = top.name.value
-        calls = self.calls_named(name)
-        uses = [n for n in self.index[cst.Name] if n.value == name and n is not top.name]
+        calls = self.tree.calls_named(name)
+        uses = [n for n in self.tree.index[cst.Name] if n.value == name and n is not top.name]
         if not calls or len(uses) != len(calls):
             return False  # never called here, or handed around by name
         return all(self._other_arm_trains(c) for c in calls)
@@ -259,18 +264,18 @@ class HotPathMixin:
         """The `if` arm holding `call` has a sibling arm that calls a function of the file
         with a training loop in it."""
         cur: cst.CSTNode = call
-        for anc in self.ancestors(call):
+        for anc in self.tree.ancestors(call):
             if isinstance(anc, cst.FunctionDef):
                 return False
             if isinstance(anc, cst.If) and (cur is anc.body or cur is anc.orelse):
                 other = anc.orelse if cur is anc.body else anc.body
                 if other is None:
                     return False
-                for c in self.calls_within(other):
+                for c in self.tree.calls_within(other):
                     if isinstance(c.func, cst.Name):
-                        for fn in self.functions_by_name.get(c.func.value, ()):
-                            if self.parent(fn) is self.module and any(self.is_inside(loop, fn)
-                                                                      for loop in self.training_loops()):
+                        for fn in self.tree.functions_by_name.get(c.func.value, ()):
+                            if self.tree.parent(fn) is self.facts.module and any(self.tree.is_inside(loop, fn)
+                                                                      for loop in self.loops.training_loops()):
                                 return True
                 return False
             cur = anc
@@ -294,13 +299,13 @@ class HotPathMixin:
         evaluates: the enclosing function is named like a check (`test_*`, `check_*`,
         `verify_*`, `compare_*`, `*_parity`), or the region asserts closeness
         (`torch.allclose`, `torch.testing.assert_close`, `np.testing.assert_*`)."""
-        fn = region if isinstance(region, cst.FunctionDef) else self.enclosing_function(region)
+        fn = region if isinstance(region, cst.FunctionDef) else self.tree.enclosing_function(region)
         while fn is not None:
             if _CHECK_NAME.search(fn.name.value):
                 return True
-            fn = self.enclosing_function(fn)
-        for c in self.calls_within(region):
-            q = self.qualname(c.func) or ""
+            fn = self.tree.enclosing_function(fn)
+        for c in self.tree.calls_within(region):
+            q = self.tree.qualname(c.func) or ""
             if q in _CLOSENESS or q.startswith("numpy.testing.") or q.startswith("torch.testing."):
                 return True
         return False
@@ -309,24 +314,24 @@ class HotPathMixin:
     def _loop_evidence(self, loop: cst.CSTNode, kind: str) -> list[WhyStep]:
         what = "a training loop" if kind == "train" else "an evaluation loop"
         steps = [WhyStep(loop, f"`{snippet(loop)}` is {what}")]
-        calls = self.direct_body_calls(loop)
+        calls = self.loops.direct_body_calls(loop)
         if kind == "train":
             for c in calls:
-                if self.is_backward_call(c) or self.is_optimizer_step(c) or self.is_scaler_call_step(c):
+                if self.steps.is_backward_call(c) or self.steps.is_optimizer_step(c) or self.steps.is_scaler_call_step(c):
                     steps.append(WhyStep(c, f"`{snippet(c)}` runs on each of its iterations"))
                     return steps
             for c in calls:  # a local function that runs backward
                 name = call_name(c)
-                for fn in self.functions_by_name.get(name or "", ()):
-                    if any(self.is_backward_call(x) for x in self.direct_body_calls(fn)):
+                for fn in self.tree.functions_by_name.get(name or "", ()):
+                    if any(self.steps.is_backward_call(x) for x in self.loops.direct_body_calls(fn)):
                         steps.append(WhyStep(c, f"it calls `{snippet(c)}`, which runs `.backward()`, on each iteration"))
                         return steps
             return steps
-        if isinstance(loop, cst.For) and self.iterates_loader(loop):
+        if isinstance(loop, cst.For) and self.loops.iterates_loader(loop):
             steps[0] = WhyStep(loop, f"`{snippet(loop)}` is {what} over batches of a data loader")
         for c in calls:
-            ks = self.kinds(c.func)
-            if "model" in ks or "~model" in ks:
+            ks = self.kinds.of(c.func)
+            if Kind.MODEL in ks or Kind.NAMED_MODEL in ks:
                 steps.append(WhyStep(c, f"`{snippet(c)}` runs the model on each batch"))
                 break
         return steps
@@ -334,28 +339,28 @@ class HotPathMixin:
     # -- per-step functions ----------------------------------------------------------------------
     def _step_function_evidence(self, fn: cst.FunctionDef, kind: str) -> list[WhyStep]:
         name = fn.name.value
-        caller = self.step_callers.get(fn)
+        caller = self.facts.step_callers.get(fn)
         if caller is not None:
             path, line = caller[0], caller[1]
             loop = "a training loop" if caller[2] == "train" else "an evaluation loop"
             return [
-                WhyStep(None, f"{loop} calls `{name}` on each iteration", where=f"{_short(self, path)}:{line}"),
+                WhyStep(None, f"{loop} calls `{name}` on each iteration", where=f"{_short(self.facts, path)}:{line}"),
                 WhyStep(fn, f"`{name}` runs once per step"),
             ]
         if name == "training_step":
             return [WhyStep(fn, "Lightning runs `training_step` once per optimizer step")]
         if name in ("validation_step", "test_step", "predict_step"):
             return [WhyStep(fn, f"Lightning runs `{name}` once per evaluation batch")]
-        for loop, loop_kind in self._loops.items():
-            for c in self.direct_body_calls(loop):
-                if call_name(c) == name and self.iteration_context_plain(c, loop) is not False \
+        for loop, loop_kind in self.loops._loops.items():
+            for c in self.loops.direct_body_calls(loop):
+                if call_name(c) == name and self.loops.iteration_context_plain(c, loop) is not False \
                         and self._may_call(c, fn):
                     steps = self._loop_evidence(loop, loop_kind)
                     if not any(st.node is c for st in steps):
                         steps.append(WhyStep(c, f"it calls `{snippet(c)}` on each iteration"))
                     return steps
-        for c in self.direct_body_calls(fn):
-            if self.is_backward_call(c) or self.is_optimizer_step(c):
+        for c in self.loops.direct_body_calls(fn):
+            if self.steps.is_backward_call(c) or self.steps.is_optimizer_step(c):
                 return [WhyStep(fn, f"`{name}` is a training step"),
                         WhyStep(c, f"`{snippet(c)}` runs once per call")]
         return [WhyStep(fn, f"`{name}` runs once per step")]
@@ -364,7 +369,7 @@ class HotPathMixin:
         """`call` may call `fn`: a plain name, `self.name(...)` in the same class, or a method
         of a class of this file."""
         if isinstance(call.func, cst.Name):
-            return self.scope_of(fn) is self.module or self.enclosing_function(fn) is not None
+            return self.tree.scope_of(fn) is self.facts.module or self.tree.enclosing_function(fn) is not None
         return isinstance(call.func, cst.Attribute)
 
     # -- what lies between ----------------------------------------------------------------------
@@ -372,7 +377,7 @@ class HotPathMixin:
         """Inner loops and branches between the region and `node`, outermost first."""
         out: list[WhyStep] = []
         cur = node
-        for parent in self.ancestors(node):
+        for parent in self.tree.ancestors(node):
             if parent is region:
                 break
             if isinstance(parent, cst.If) and cur is parent.body:

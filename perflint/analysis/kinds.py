@@ -6,10 +6,13 @@ from functools import cached_property
 
 import libcst as cst
 
+from perflint.analysis.callkinds import CallKinds
+from perflint.analysis.component import Component
+
 from perflint.analysis.bindings import Binding
 from perflint.analysis.syntax import call_name, literal_value
 from perflint.analysis.devices import _device_string_kinds
-from perflint.analysis.vocab import GRAPH_BATCH_CALLS, OPTIMIZER_CLASSES, _HINTS, _VERB_PREFIX
+from perflint.analysis.vocab import Kind, GRAPH_BATCH_CALLS, OPTIMIZER_CLASSES, _HINTS, _VERB_PREFIX
 from perflint.names import dotted
 
 # Calls whose iteration yields the elements of their first argument: progress bars and
@@ -45,11 +48,20 @@ def _cheap_call(facts, call: cst.Call) -> bool:
     name = call_name(call) or ""
     if name not in _CHEAP_CALLS:
         return False
-    q = facts.qualname(call.func) or ""
+    q = facts.tree.qualname(call.func) or ""
     return not q.startswith(("PIL.", "cv2.", "torchvision.", "torchaudio.", "librosa.", "soundfile."))
 
 
-class KindsMixin:
+class Kinds(Component):
+    """What an expression holds (`of`), with the file's model, loss and dataset classes;
+    what calls return is its other half, `self.calls` (`analysis.callkinds.CallKinds`)."""
+
+    needs = ("tree", "bindings", "cross", "devices")
+
+    def __init__(self, facts) -> None:
+        super().__init__(facts)
+        self._memo_kinds: dict[tuple, frozenset[str]] = {}
+        self.calls = CallKinds(facts, self)
     @cached_property
     def module_classes(self) -> set[str]:
         """Names of classes in this file that are nn.Module subclasses (transitively)."""
@@ -57,19 +69,19 @@ class KindsMixin:
         changed = True
         while changed:
             changed = False
-            for name, cls in self.classes_by_name.items():
+            for name, cls in self.tree.classes_by_name.items():
                 if name in result:
                     continue
                 for base in cls.bases:
-                    q = self.qualname(base.value) or ""
+                    q = self.tree.qualname(base.value) or ""
                     bname = dotted(base.value) or ""
                     if (
                         q.startswith("torch.nn.")
                         or q.startswith(("pytorch_lightning.", "lightning.", "transformers."))
                         or bname in result
                         or bname.split(".")[-1] in ("LightningModule", "Module", "PreTrainedModel")
-                        or "model" in self.project_class_kinds(base.value)
-                        or "criterion" in self.project_class_kinds(base.value)
+                        or Kind.MODEL in self.cross.project_class_kinds(base.value)
+                        or Kind.CRITERION in self.cross.project_class_kinds(base.value)
                     ):
                         result.add(name)
                         changed = True
@@ -79,7 +91,7 @@ class KindsMixin:
     @cached_property
     def loss_classes(self) -> set[str]:
         out = set()
-        for name, cls in self.classes_by_name.items():
+        for name, cls in self.tree.classes_by_name.items():
             if name in self.module_classes and (name.endswith("Loss") or "loss" in name.lower()):
                 out.add(name)
         return out
@@ -87,10 +99,10 @@ class KindsMixin:
     @cached_property
     def dataset_classes(self) -> set[str]:
         out = set()
-        for name, cls in self.classes_by_name.items():
+        for name, cls in self.tree.classes_by_name.items():
             for base in cls.bases:
-                q = self.qualname(base.value) or dotted(base.value) or ""
-                if q.endswith("Dataset") or q in out or "dataset" in self.project_class_kinds(base.value):
+                q = self.tree.qualname(base.value) or dotted(base.value) or ""
+                if q.endswith("Dataset") or q in out or Kind.DATASET in self.cross.project_class_kinds(base.value):
                     out.add(name)
         return out
 
@@ -103,17 +115,17 @@ class KindsMixin:
         if not isinstance(cls.body, cst.IndentedBlock):
             return False
         memmap = any(
-            self.qualname(c.func) == "numpy.memmap"
-            or (self.qualname(c.func) == "numpy.load" and any(a.keyword is not None and a.keyword.value == "mmap_mode"
+            self.tree.qualname(c.func) == "numpy.memmap"
+            or (self.tree.qualname(c.func) == "numpy.load" and any(a.keyword is not None and a.keyword.value == "mmap_mode"
                                                             for a in c.args))
-            for c in self.calls())
+            for c in self.tree.calls())
         if memmap and any(isinstance(f, cst.FunctionDef) and f.name.value in ("__iter__", "__getitem__")
                           for f in cls.body.body):
             return True  # slices of a memory-mapped token file (the iterator may be a helper class)
         getitem = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "__getitem__"), None)
         if getitem is None:
             return False
-        return all(_cheap_call(self, c) for c in self.calls_within(getitem))
+        return all(_cheap_call(self.facts, c) for c in self.tree.calls_within(getitem))
 
     def moves_samples_to_device(self, cls: cst.ClassDef) -> bool:
         """A Dataset class whose `__getitem__`/`__iter__` puts samples on a device: `.cuda()`,
@@ -122,7 +134,7 @@ class KindsMixin:
             return False
         for f in cls.body.body:
             if isinstance(f, cst.FunctionDef) and f.name.value in ("__getitem__", "__iter__", "__getitems__"):
-                for c in self.calls_within(f):
+                for c in self.tree.calls_within(f):
                     name = call_name(c)
                     if name == "cuda":
                         return True
@@ -130,9 +142,9 @@ class KindsMixin:
                         first = c.args[0]
                         if first.keyword is not None and first.keyword.value != "device":
                             continue
-                        dk = self.device_kinds(first.value)
+                        dk = self.devices.device_kinds(first.value)
                         label = (dotted(first.value) or "").rsplit(".", 1)[-1].lower()
-                        if dk & {"device_cuda", "device_other"} or "device" in label:
+                        if dk & {Kind.DEVICE_CUDA, Kind.DEVICE_OTHER} or "device" in label:
                             return True
         return False
 
@@ -145,14 +157,14 @@ class KindsMixin:
         opened: set[str] = set()
         for fn in cls.body.body:
             if isinstance(fn, cst.FunctionDef) and fn.name.value == "__init__":
-                for node in self.nodes_within(fn, cst.Assign):
+                for node in self.tree.nodes_within(fn, cst.Assign):
                     if isinstance(node.value, cst.Call) and call_name(node.value) == "open" and len(node.targets) == 1:
                         t = node.targets[0].target
                         if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
                             opened.add(t.attr.value)
         if not opened:
             return False
-        for c in self.calls_within(cls):
+        for c in self.tree.calls_within(cls):
             f = c.func
             if isinstance(f, cst.Attribute) and f.attr.value == "seek" and isinstance(f.value, cst.Attribute) \
                     and f.value.attr.value in opened:
@@ -161,15 +173,15 @@ class KindsMixin:
 
     def pad_only_collate(self, fn: cst.CSTNode) -> bool:
         """A collate function that only pads, stacks and casts what the samples hold."""
-        inner = {f.name.value for f in self.nodes_within(fn, cst.FunctionDef)}  # its own helpers
-        return all(_cheap_call(self, c) or call_name(c) in _PAD_CALLS
-                   or (isinstance(c.func, cst.Name) and c.func.value in inner) for c in self.calls_within(fn))
+        inner = {f.name.value for f in self.tree.nodes_within(fn, cst.FunctionDef)}  # its own helpers
+        return all(_cheap_call(self.facts, c) or call_name(c) in _PAD_CALLS
+                   or (isinstance(c.func, cst.Name) and c.func.value in inner) for c in self.tree.calls_within(fn))
 
     def graph_collate(self, fn: cst.FunctionDef) -> bool:
         """A collate function whose batch is a DGL graph: every value it returns is a graph
         built by `dgl.batch(...)` (or `dgl.graph`, …), or a tuple holding one (`return
         dgl.batch(graphs), labels`), directly or through a name bound once."""
-        rets = [r for r in self.nodes_within(fn, cst.Return) if self.enclosing_function(r) is fn]
+        rets = [r for r in self.tree.nodes_within(fn, cst.Return) if self.tree.enclosing_function(r) is fn]
         if not rets:
             return False
         for r in rets:
@@ -182,13 +194,13 @@ class KindsMixin:
 
     def _graph_batch(self, node: cst.BaseExpression, at: cst.CSTNode) -> bool:
         if isinstance(node, cst.Name):
-            bs = self.lookup(node.value, at)
+            bs = self.bindings.lookup(node.value, at)
             return len(bs) == 1 and bs[0].how == "expr" and isinstance(bs[0].node, cst.Call) \
-                and self.qualname(bs[0].node.func) in GRAPH_BATCH_CALLS
-        return isinstance(node, cst.Call) and self.qualname(node.func) in GRAPH_BATCH_CALLS
+                and self.tree.qualname(bs[0].node.func) in GRAPH_BATCH_CALLS
+        return isinstance(node, cst.Call) and self.tree.qualname(node.func) in GRAPH_BATCH_CALLS
 
     # -- kinds ----------------------------------------------------------------------------
-    def kinds(self, node: cst.CSTNode | None) -> frozenset[str]:
+    def of(self, node: cst.CSTNode | None) -> frozenset[str]:
         """What `node` holds; see the module docstring. Memoised, cycle-safe."""
         if node is None:
             return frozenset()
@@ -202,56 +214,56 @@ class KindsMixin:
         return result
 
     def has_kind(self, node: cst.CSTNode | None, kind: str, weak: bool = True) -> bool:
-        ks = self.kinds(node)
+        ks = self.of(node)
         return kind in ks or (weak and ("~" + kind) in ks)
 
     def _accumulated_kinds(self, node: cst.Name) -> set[str]:
         """Tensor kinds that `name += <tensor>` statements in `node`'s scope add to the name."""
-        scope = self.scope_of(node)
+        scope = self.tree.scope_of(node)
         out: set[str] = set()
-        for aug in self.nodes_within(scope, cst.AugAssign):
-            if isinstance(aug.target, cst.Name) and aug.target.value == node.value and self.scope_of(aug) is scope \
+        for aug in self.tree.nodes_within(scope, cst.AugAssign):
+            if isinstance(aug.target, cst.Name) and aug.target.value == node.value and self.tree.scope_of(aug) is scope \
                     and isinstance(aug.operator, (cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign)):
-                out |= set(self.kinds(aug.value)) & {"loss", "tensor", "device_tensor"}
-        if "loss" in out:
-            out.add("tensor")
+                out |= set(self.of(aug.value)) & {Kind.LOSS, Kind.TENSOR, Kind.DEVICE_TENSOR}
+        if Kind.LOSS in out:
+            out.add(Kind.TENSOR)
         return out
 
     def _binding_kinds(self, b: Binding) -> set[str]:
         if b.how == "expr":
-            return set(self.kinds(b.node))
+            return set(self.of(b.node))
         if b.how == "unpack":
             return self._unpack_kinds(b.node, b.index)
         if b.how in ("iter", "iter_unpack"):
             return self._element_kinds(b.node, b.index)
         if b.how == "with":
-            ks = set(self.kinds(b.node))
-            return {"tensor"} & ks
+            ks = set(self.of(b.node))
+            return {Kind.TENSOR} & ks
         if b.how == "param":
             p: cst.Param = b.node  # type: ignore[assignment]
             out: set[str] = set()
             if p.annotation is not None:
-                ann = self.qualname(p.annotation.annotation) or dotted(p.annotation.annotation) or ""
+                ann = self.tree.qualname(p.annotation.annotation) or dotted(p.annotation.annotation) or ""
                 last = ann.rsplit(".", 1)[-1]
                 if last == "DataLoader":
-                    out.add("dataloader")
+                    out.add(Kind.DATALOADER)
                 elif last in ("Optimizer",) or last in OPTIMIZER_CLASSES:
-                    out.add("optimizer")
+                    out.add(Kind.OPTIMIZER)
                 elif last in ("Module",) or last in self.module_classes:
-                    out.add("model")
+                    out.add(Kind.MODEL)
                 elif last == "Tensor":
-                    out.add("tensor")
+                    out.add(Kind.TENSOR)
                 elif last == "GradScaler":
-                    out.add("scaler")
+                    out.add(Kind.SCALER)
             if not out:
                 # The kinds every call site in the project passes, when they agree.
                 fn = b.site if isinstance(b.site, cst.FunctionDef) else None
                 if fn is not None:
-                    out |= self.project_param_kinds(p, fn)
+                    out |= self.cross.project_param_kinds(p, fn)
             if not out:
                 out |= name_hints(p.name.value)
             if p.default is not None:
-                out |= set(self.kinds(p.default)) & {"device_cuda", "device_cpu", "device_other"}
+                out |= set(self.of(p.default)) & {Kind.DEVICE_CUDA, Kind.DEVICE_CPU, Kind.DEVICE_OTHER}
             return out
         return set()
 
@@ -260,42 +272,42 @@ class KindsMixin:
         if isinstance(node, cst.Call) and call_name(node) in ("prepare", "setup", "setup_dataloaders") and index:
             positional = [a for a in node.args if a.keyword is None and not a.star]
             if index[0] < len(positional):
-                return set(self.kinds(positional[index[0]].value))
+                return set(self.of(positional[index[0]].value))
         if isinstance(node, (cst.Tuple, cst.List)) and index:
             els = node.elements
             if index[0] < len(els) and not isinstance(els[index[0]], cst.StarredElement):
                 inner = els[index[0]].value
                 if len(index) == 1:
-                    return set(self.kinds(inner))
+                    return set(self.of(inner))
                 return self._unpack_kinds(inner, index[1:])
-        base = set(self.kinds(node))
+        base = set(self.of(node))
         out = set()
-        if "batch" in base or "~batch" in base:
-            out.add("batch")
-        if "output" in base or "tensor" in base:
-            out |= {"tensor", "output"} & (base | {"tensor"})
-        if "dataloader" in base:  # e.g. `train_dl, val_dl = make_loaders()`
-            out.add("dataloader")
-        if "~dataloader" in base:
-            out.add("~dataloader")
+        if Kind.BATCH in base or Kind.NAMED_BATCH in base:
+            out.add(Kind.BATCH)
+        if Kind.OUTPUT in base or Kind.TENSOR in base:
+            out |= {Kind.TENSOR, Kind.OUTPUT} & (base | {Kind.TENSOR})
+        if Kind.DATALOADER in base:  # e.g. `train_dl, val_dl = make_loaders()`
+            out.add(Kind.DATALOADER)
+        if Kind.NAMED_DATALOADER in base:
+            out.add(Kind.NAMED_DATALOADER)
         return out
 
     def _element_kinds(self, it: cst.CSTNode, index: tuple[int, ...], depth: int = 0) -> set[str]:
         """Kinds of an element produced by iterating `it`, then unpacked by `index`."""
         if isinstance(it, cst.Name) and depth < 4:
             # `pbar = tqdm(enumerate(loader))` then `for i, batch in pbar:`
-            bs = self.lookup(it.value, it)
+            bs = self.bindings.lookup(it.value, it)
             if len(bs) == 1 and bs[0].how == "expr" and isinstance(bs[0].node, cst.Call) \
                     and call_name(bs[0].node) in _ITER_WRAPPERS:
                 return self._element_kinds(bs[0].node, index, depth + 1)
         if isinstance(it, cst.Call):
             name = call_name(it)
-            q = self.qualname(it.func) or name
+            q = self.tree.qualname(it.func) or name
             if q in ("enumerate",) and it.args:
                 if not index:
                     return set()
                 if index[0] == 0:
-                    return {"int"}
+                    return {Kind.INT}
                 return self._element_kinds(it.args[0].value, index[1:], depth + 1)
             if q == "zip" and it.args:
                 if not index:
@@ -306,118 +318,118 @@ class KindsMixin:
             if (q or "").split(".")[-1] in _ITER_WRAPPERS and it.args:
                 return self._element_kinds(it.args[0].value, index, depth + 1)
             if name in ("items",) and isinstance(it.func, cst.Attribute):
-                base = self.kinds(it.func.value)
-                if "batch" in base and index and index[0] == 1:
-                    return {"batch"}
+                base = self.of(it.func.value)
+                if Kind.BATCH in base and index and index[0] == 1:
+                    return {Kind.BATCH}
                 return set()
             if name in ("values",) and isinstance(it.func, cst.Attribute):
-                base = self.kinds(it.func.value)
-                return {"batch"} if "batch" in base else set()
-        ks = self.kinds(it)
-        if "dataloader" in ks or "~dataloader" in ks or "batch" in ks:
-            return {"batch"} if "dataloader" in ks or "batch" in ks else {"~batch", "batch"}
-        if "model" in ks and isinstance(it, cst.Call) and call_name(it) in ("parameters", "named_parameters"):
-            return {"parameter"}
+                base = self.of(it.func.value)
+                return {Kind.BATCH} if Kind.BATCH in base else set()
+        ks = self.of(it)
+        if Kind.DATALOADER in ks or Kind.NAMED_DATALOADER in ks or Kind.BATCH in ks:
+            return {Kind.BATCH} if Kind.DATALOADER in ks or Kind.BATCH in ks else {Kind.NAMED_BATCH, Kind.BATCH}
+        if Kind.MODEL in ks and isinstance(it, cst.Call) and call_name(it) in ("parameters", "named_parameters"):
+            return {Kind.PARAMETER}
         return set()
 
     def _kinds(self, node: cst.CSTNode) -> set[str]:
         if isinstance(node, cst.Name):
-            bs = self.lookup(node.value, node)
+            bs = self.bindings.lookup(node.value, node)
             if bs:
                 out: set[str] = set()
                 for b in bs:
                     out |= self._binding_kinds(b)
-                if "model" in out or "criterion" in out:
-                    out.discard("tensor")
-                if out & {"number", "int"} and not out & {"tensor", "loss"}:
+                if Kind.MODEL in out or Kind.CRITERION in out:
+                    out.discard(Kind.TENSOR)
+                if out & {Kind.NUMBER, Kind.INT} and not out & {Kind.TENSOR, Kind.LOSS}:
                     # `loss = 0` then `loss += criterion(out, y)`: a tensor from the first add.
                     added = self._accumulated_kinds(node)
                     if added:
-                        out = (out - {"number", "int"}) | added
+                        out = (out - {Kind.NUMBER, Kind.INT}) | added
                 return out
-            q = self.qualname(node)
+            q = self.tree.qualname(node)
             if q is not None:
                 return set()
             return name_hints(node.value)
         if isinstance(node, cst.Attribute):
-            bs = self.self_attr_bindings(node)
+            bs = self.bindings.self_attr_bindings(node)
             if bs:
                 out = set()
                 for b in bs:
                     out |= self._binding_kinds(b)
                 return out
             attr = node.attr.value
-            inherited = self.project_attr_kinds(node)
+            inherited = self.cross.project_attr_kinds(node)
             if inherited:
-                return inherited - {"device_cuda", "device_cpu", "device_other"}
-            base = self.kinds(node.value)
-            if attr == "loss" and ("output" in base or "tensor" in base or "~model" in base or not base):
-                return {"loss", "tensor"}
-            if attr in ("logits", "last_hidden_state", "hidden_states") and "output" in base:
-                return {"tensor", "output"}
-            if attr in ("module", "_orig_mod") and ("model" in base or "~model" in base):
-                return {"model"}
-            if attr == "forward" and base & {"model", "~model"}:
-                return set(base & {"model", "~model"})  # `m.forward(x)` calls the model as `m(x)` does
-            if "batch" in base:
-                return {"batch"}
-            if attr in ("grad", "data") and ("parameter" in base or "tensor" in base):
-                return {"tensor"}
+                return inherited - {Kind.DEVICE_CUDA, Kind.DEVICE_CPU, Kind.DEVICE_OTHER}
+            base = self.of(node.value)
+            if attr == "loss" and (Kind.OUTPUT in base or Kind.TENSOR in base or Kind.NAMED_MODEL in base or not base):
+                return {Kind.LOSS, Kind.TENSOR}
+            if attr in ("logits", "last_hidden_state", "hidden_states") and Kind.OUTPUT in base:
+                return {Kind.TENSOR, Kind.OUTPUT}
+            if attr in ("module", "_orig_mod") and (Kind.MODEL in base or Kind.NAMED_MODEL in base):
+                return {Kind.MODEL}
+            if attr == "forward" and base & {Kind.MODEL, Kind.NAMED_MODEL}:
+                return set(base & {Kind.MODEL, Kind.NAMED_MODEL})  # `m.forward(x)` calls the model as `m(x)` does
+            if Kind.BATCH in base:
+                return {Kind.BATCH}
+            if attr in ("grad", "data") and (Kind.PARAMETER in base or Kind.TENSOR in base):
+                return {Kind.TENSOR}
             if isinstance(node.value, cst.Name) and node.value.value == "self":
                 return name_hints(attr)
-            if self.qualname(node) is None:
-                return name_hints(attr) & {"~dataloader", "~optimizer", "~model", "~criterion", "~scaler"}
+            if self.tree.qualname(node) is None:
+                return name_hints(attr) & {Kind.NAMED_DATALOADER, Kind.NAMED_OPTIMIZER, Kind.NAMED_MODEL, Kind.NAMED_CRITERION, Kind.NAMED_SCALER}
             return set()
         if isinstance(node, cst.Call):
-            return self._call_kinds(node)
+            return self.calls._call_kinds(node)
         if isinstance(node, cst.Subscript):
-            base = self.kinds(node.value)
-            where = base & {"cpu_tensor", "device_tensor"}  # indexing keeps the device
-            if "batch" in base:
-                return {"batch"} | where
-            if "output" in base:
-                return {"tensor", "output"} | where
-            if "loss" in base:
-                return {"loss", "tensor"} | where
-            if "tensor" in base:
-                return {"tensor"} | where
-            if "numpy" in base:
-                return {"numpy"}
+            base = self.of(node.value)
+            where = base & {Kind.CPU_TENSOR, Kind.DEVICE_TENSOR}  # indexing keeps the device
+            if Kind.BATCH in base:
+                return {Kind.BATCH} | where
+            if Kind.OUTPUT in base:
+                return {Kind.TENSOR, Kind.OUTPUT} | where
+            if Kind.LOSS in base:
+                return {Kind.LOSS, Kind.TENSOR} | where
+            if Kind.TENSOR in base:
+                return {Kind.TENSOR} | where
+            if Kind.NUMPY in base:
+                return {Kind.NUMPY}
             return set()
         if isinstance(node, cst.BinaryOperation):
-            left, right = self.kinds(node.left), self.kinds(node.right)
+            left, right = self.of(node.left), self.of(node.right)
             out = set()
             for side in (left, right):
-                if "loss" in side:
-                    out |= {"loss", "tensor"}
-                if "tensor" in side or "output" in side:
-                    out.add("tensor")
-                out |= side & {"device_tensor"}
+                if Kind.LOSS in side:
+                    out |= {Kind.LOSS, Kind.TENSOR}
+                if Kind.TENSOR in side or Kind.OUTPUT in side:
+                    out.add(Kind.TENSOR)
+                out |= side & {Kind.DEVICE_TENSOR}
             if not out:
-                if left & {"number", "int"} and right & {"number", "int"}:
-                    return {"number"}
-                if (left | right) & {"numpy"}:
-                    return {"numpy"}
+                if left & {Kind.NUMBER, Kind.INT} and right & {Kind.NUMBER, Kind.INT}:
+                    return {Kind.NUMBER}
+                if (left | right) & {Kind.NUMPY}:
+                    return {Kind.NUMPY}
             return out
         if isinstance(node, cst.UnaryOperation):
-            return set(self.kinds(node.expression)) & {"tensor", "loss"}
+            return set(self.of(node.expression)) & {Kind.TENSOR, Kind.LOSS}
         if isinstance(node, cst.Comparison):
             if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in node.comparisons):
                 return set()
-            left = self.kinds(node.left)
-            if "tensor" in left or "output" in left:
-                return {"tensor"}
+            left = self.of(node.left)
+            if Kind.TENSOR in left or Kind.OUTPUT in left:
+                return {Kind.TENSOR}
             for comp in node.comparisons:
-                if "tensor" in self.kinds(comp.comparator):
-                    return {"tensor"}
+                if Kind.TENSOR in self.of(comp.comparator):
+                    return {Kind.TENSOR}
             return set()
         if isinstance(node, cst.IfExp):
-            return set(self.kinds(node.body)) | set(self.kinds(node.orelse))
+            return set(self.of(node.body)) | set(self.of(node.orelse))
         if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
             v = literal_value(node)
             if isinstance(v, str):
                 return _device_string_kinds(v)
             return set()
         if isinstance(node, (cst.Integer, cst.Float)):
-            return {"number"}
+            return {Kind.NUMBER}
         return set()

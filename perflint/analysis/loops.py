@@ -9,10 +9,11 @@ from typing import Iterable
 
 import libcst as cst
 
+from perflint.analysis.component import Component
+
 from perflint.analysis.syntax import call_name
 from perflint.analysis.tree import _iter_expr, iter_nodes
-from perflint.analysis.vocab import _STEP_NAME
-from perflint.analysis.kinds import name_hints
+from perflint.analysis.vocab import Kind, _STEP_NAME
 from perflint.names import dotted
 
 
@@ -35,16 +36,16 @@ def updates_parameters(facts) -> bool:
 
 
 def _updates_parameters(facts) -> bool:
-    if facts.words.name_contains("optim"):
+    if facts.filewide.words.name_contains("optim"):
         return True
-    for c in facts.calls():
+    for c in facts.tree.calls():
         name = call_name(c)
         if name == "step":
             return True
         if name in ("add_", "sub_", "copy_", "addcmul_", "addcdiv_") and any(
                 isinstance(n, cst.Attribute) and n.attr.value == "grad" for a in c.args for n in iter_nodes(a.value)):
             return True
-    for aug in facts.index[cst.AugAssign]:
+    for aug in facts.tree.index[cst.AugAssign]:
         # `p.data -= lr * p.grad`, `w -= lr * w.grad` (not `importance += mask.grad.abs()`)
         descends = isinstance(aug.operator, cst.SubtractAssign) or (
             isinstance(aug.target, cst.Attribute) and aug.target.attr.value == "data")
@@ -53,16 +54,18 @@ def _updates_parameters(facts) -> bool:
     return False
 
 
-class LoopsMixin:
+class Loops(Component):
+    needs = ("tree", "kinds", "steps", "throttles", "cross")
+
     @cached_property
     def _calls_by_container(self) -> dict[cst.CSTNode, list[cst.Call]]:
         """Each call under its innermost loop/def/lambda/class/comprehension, when it sits in
         that container's body (not in a loop's `iter`, `else`, or a def's decorators)."""
         out: dict[cst.CSTNode, list[cst.Call]] = {}
         containers = (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.CompFor)
-        for call in self.index[cst.Call]:
+        for call in self.tree.index[cst.Call]:
             cur: cst.CSTNode = call
-            for a in self.ancestors(call):
+            for a in self.tree.ancestors(call):
                 if isinstance(a, containers):
                     if getattr(a, "body", None) is cur:
                         out.setdefault(a, []).append(call)
@@ -74,38 +77,6 @@ class LoopsMixin:
         """Calls inside `container`'s body, not inside a nested loop, def, lambda or class."""
         return self._calls_by_container.get(container, [])
 
-    def is_backward_call(self, call: cst.Call) -> bool:
-        name = call_name(call)
-        return name in ("backward", "manual_backward") and isinstance(call.func, cst.Attribute)
-
-    def is_optimizer_step(self, call: cst.Call) -> bool:
-        if call_name(call) != "step" or not isinstance(call.func, cst.Attribute):
-            return False
-        rk = self.kinds(call.func.value)
-        if "scaler" in rk or "~scaler" in rk:
-            return True
-        if "optimizer" in rk:
-            return True
-        if "~optimizer" in rk and not ({"model", "dataloader"} & rk):
-            return True
-        return False
-
-    def is_scaler_call_step(self, call: cst.Call) -> bool:
-        """`loss_scaler(loss, optimizer, ...)`: a callable scaler object (timm's and MAE's
-        NativeScaler) that runs backward and the optimizer step for the loop."""
-        if not isinstance(call.func, (cst.Name, cst.Attribute)) or call_name(call) in ("step", "scale", "update"):
-            return False
-        if "~scaler" not in name_hints(call_name(call) or "") and "scaler" not in self.kinds(call.func):
-            return False
-        return any(a.keyword is None and self.has_kind(a.value, "optimizer") for a in call.args)
-
-    def is_scaler_step(self, call: cst.Call) -> bool:
-        return (
-            call_name(call) == "step"
-            and isinstance(call.func, cst.Attribute)
-            and self.has_kind(call.func.value, "scaler")
-        )
-
     @cached_property
     def _step_functions(self) -> dict[cst.FunctionDef, str]:
         """Functions whose body is one training (or eval) step: Lightning hooks, functions
@@ -113,7 +84,7 @@ class LoopsMixin:
         file calls on every iteration of a training/eval loop. A function that merely
         calls `.backward()` once (a test, a one-off) is not a step."""
         out: dict[cst.FunctionDef, str] = {}
-        for fn in self.index[cst.FunctionDef]:
+        for fn in self.tree.index[cst.FunctionDef]:
             name = fn.name.value
             if name.startswith("test"):
                 continue
@@ -123,7 +94,7 @@ class LoopsMixin:
                 out[fn] = "eval"
             elif _STEP_NAME.match(name) and not self.direct_loops_in(fn):
                 calls = self.direct_body_calls(fn)
-                if any(self.is_backward_call(c) or self.is_optimizer_step(c) for c in calls):
+                if any(self.steps.is_backward_call(c) or self.steps.is_optimizer_step(c) for c in calls):
                     out[fn] = "train"
         # Functions called every iteration of a training loop in this file are steps too.
         for loop, kind in list(self._loops.items()):
@@ -137,27 +108,27 @@ class LoopsMixin:
                     target = call.func.attr.value
                 elif isinstance(call.func, cst.Attribute):
                     # `self.policy.evaluate(...)`, `agent.act(obs)`: a method of a class of this file
-                    cls_ref = self.instance_class(call.func.value)
-                    cls = self.classes_by_name.get(cls_ref[1:]) if cls_ref and cls_ref.startswith("#") else None
+                    cls_ref = self.cross.instance_class(call.func.value)
+                    cls = self.tree.classes_by_name.get(cls_ref[1:]) if cls_ref and cls_ref.startswith("#") else None
                     if cls is not None:
-                        for fn in self.functions_by_name.get(call.func.attr.value, []):
-                            if self.parent(self.parent(fn)) is cls and fn not in out and not self.direct_loops_in(fn):
+                        for fn in self.tree.functions_by_name.get(call.func.attr.value, []):
+                            if self.tree.parent(self.tree.parent(fn)) is cls and fn not in out and not self.direct_loops_in(fn):
                                 out[fn] = kind
                     continue
-                for fn in self.functions_by_name.get(target or "", []):
+                for fn in self.tree.functions_by_name.get(target or "", []):
                     if fn in out or fn.name.value.startswith("test"):
                         continue
                     if not self.direct_loops_in(fn) or (self._runs_backward(fn) and not self._loops_over_steps(fn)):
                         out[fn] = kind  # (a step that loops over parameter groups is still a step)
         # Functions that a loop in another file of the project calls on every iteration.
         if self.project is not None:
-            for fn in self.index[cst.FunctionDef]:
+            for fn in self.tree.index[cst.FunctionDef]:
                 if fn in out or fn.name.value.startswith("test"):
                     continue  # (a loop inside a per-step helper still runs on every step)
-                caller = self.project_step_caller(fn)
+                caller = self.cross.project_step_caller(fn)
                 if caller is not None:
                     out[fn] = caller[2]
-                    self.step_callers[fn] = caller
+                    self.facts.step_callers[fn] = caller
         return out
 
     def iteration_context_plain(self, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
@@ -169,11 +140,11 @@ class LoopsMixin:
         throttled branch, a branch that leaves, or an exception handler; with
         `nested_functions=False`, not in a nested function or lambda either."""
         cur = node
-        for parent in self.ancestors(node):
+        for parent in self.tree.ancestors(node):
             if parent is container:
-                return self.behind_throttle_guard(node, container) is None
+                return self.throttles.behind_throttle_guard(node, container) is None
             if isinstance(parent, cst.If) and cur is parent.body:
-                if self.is_throttled_test(parent.test) or _leaves(parent.body):
+                if self.throttles.is_throttled_test(parent.test) or _leaves(parent.body):
                     return False
             if isinstance(parent, cst.ExceptHandler):
                 return False
@@ -183,14 +154,14 @@ class LoopsMixin:
         return False
 
     def _runs_backward(self, fn: cst.FunctionDef) -> bool:
-        return any(self.is_backward_call(c) for c in self.direct_body_calls(fn))
+        return any(self.steps.is_backward_call(c) for c in self.direct_body_calls(fn))
 
     def _loops_over_steps(self, fn: cst.FunctionDef) -> bool:
         """`fn` has a loop of its own that steps an optimizer (an epoch function, not a step);
         a small loop over parameter groups or heads in a step does not make it one."""
         for loop in self._loops_of_function.get(fn, ()):
-            if any(self.is_backward_call(c) or self.is_optimizer_step(c) or self.is_scaler_call_step(c)
-                   for c in self.calls_within(loop)):
+            if any(self.steps.is_backward_call(c) or self.steps.is_optimizer_step(c) or self.steps.is_scaler_call_step(c)
+                   for c in self.tree.calls_within(loop)):
                 return True
         return False
 
@@ -200,8 +171,8 @@ class LoopsMixin:
         pass: asking every function would visit every loop once per function."""
         out: dict[cst.CSTNode | None, list[cst.CSTNode]] = {}
         for cls in (cst.For, cst.While):
-            for loop in self.index[cls]:
-                out.setdefault(self.enclosing_function(loop), []).append(loop)
+            for loop in self.tree.index[cls]:
+                out.setdefault(self.tree.enclosing_function(loop), []).append(loop)
         return out
 
     def direct_loops_in(self, fn: cst.FunctionDef) -> bool:
@@ -214,13 +185,13 @@ class LoopsMixin:
     def _loops(self) -> dict[cst.CSTNode, str]:
         out: dict[cst.CSTNode, str] = {}
         local_step_fns = {}
-        for fn in self.index[cst.FunctionDef]:
+        for fn in self.tree.index[cst.FunctionDef]:
             calls = self.direct_body_calls(fn)
-            if any(self.is_backward_call(c) for c in calls):
+            if any(self.steps.is_backward_call(c) for c in calls):
                 local_step_fns[fn.name.value] = True
-        for loop in (*self.index[cst.For], *self.index[cst.While]):
+        for loop in (*self.tree.index[cst.For], *self.tree.index[cst.While]):
             calls = self.direct_body_calls(loop)
-            train = any(self.is_backward_call(c) or self.is_optimizer_step(c) or self.is_scaler_call_step(c)
+            train = any(self.steps.is_backward_call(c) or self.steps.is_optimizer_step(c) or self.steps.is_scaler_call_step(c)
                         for c in calls)
             if not train:
                 for c in calls:
@@ -229,8 +200,8 @@ class LoopsMixin:
                     if n in local_step_fns:
                         train = True
                         break
-            if train and not updates_parameters(self) and not any(
-                    self.is_optimizer_step(c) or self.is_scaler_call_step(c) for c in calls):
+            if train and not updates_parameters(self.facts) and not any(
+                    self.steps.is_optimizer_step(c) or self.steps.is_scaler_call_step(c) for c in calls):
                 train = False  # gradients for analysis (saliency, pruning scores, a perturbation), not training
             if train:
                 out[loop] = "train"
@@ -248,33 +219,33 @@ class LoopsMixin:
         if isinstance(loop.iter, cst.Call) and call_name(loop.iter) == "range" and not any(
                 call_name(c) == "next" or "batch" in (call_name(c) or "").lower() for c in calls):
             return False  # `for k in range(n)` counts steps only when it draws batches (`get_batch()`, `next(it)`)
-        models = {self.receiver_text(c.func) for c in calls if "model" in self.kinds(c.func)}
+        models = {self.tree.receiver_text(c.func) for c in calls if Kind.MODEL in self.kinds.of(c.func)}
         models.discard(None)
         if not models:
             return False
-        scope = self.enclosing_function(loop) or self.module
-        start = self.order.get(loop, 0)
-        for c in self.calls_within(scope):
+        scope = self.tree.enclosing_function(loop) or self.facts.module
+        start = self.tree.order.get(loop, 0)
+        for c in self.tree.calls_within(scope):
             if call_name(c) == "eval" and not c.args and isinstance(c.func, cst.Attribute) \
-                    and self.order.get(c, 0) < start and self.receiver_text(c.func.value) in models \
-                    and self.enclosing_function(c) is self.enclosing_function(loop):
+                    and self.tree.order.get(c, 0) < start and self.tree.receiver_text(c.func.value) in models \
+                    and self.tree.enclosing_function(c) is self.tree.enclosing_function(loop):
                 return True
         return False
 
     def iterates_loader(self, loop: cst.For, weak: bool = True) -> bool:
         it = loop.iter
         # `for i, batch in enumerate(loader)`: the loop still walks the loader.
-        while isinstance(it, cst.Call) and (self.qualname(it.func) or call_name(it)) == "enumerate" and it.args:
+        while isinstance(it, cst.Call) and (self.tree.qualname(it.func) or call_name(it)) == "enumerate" and it.args:
             it = it.args[0].value
-        ks = self._element_kinds(it, ())
-        if "batch" in ks and "~batch" not in ks:
+        ks = self.kinds._element_kinds(it, ())
+        if Kind.BATCH in ks and Kind.NAMED_BATCH not in ks:
             return True
-        return weak and "~batch" in ks
+        return weak and Kind.NAMED_BATCH in ks
 
     def _calls_a_model(self, calls: Iterable[cst.Call]) -> bool:
         for c in calls:
-            ks = self.kinds(c.func)
-            if "model" in ks or "~model" in ks:
+            ks = self.kinds.of(c.func)
+            if Kind.MODEL in ks or Kind.NAMED_MODEL in ks:
                 return True
             if isinstance(c.func, cst.Name) and c.func.value == "self":
                 return True
@@ -306,13 +277,13 @@ class LoopsMixin:
         """
         cur = node
         type_guarded = False
-        for parent in self.ancestors(node):
+        for parent in self.tree.ancestors(node):
             if isinstance(parent, cst.If):
                 if cur is parent.body:
-                    if self.is_throttled_test(parent.test) and self._steps_after(list(parent.body.body)) \
-                            and self._is_step_call_or_after(node, parent):
+                    if self.throttles.is_throttled_test(parent.test) and self.throttles._steps_after(list(parent.body.body)) \
+                            and self.throttles._is_step_call_or_after(node, parent):
                         pass  # `if (i + 1) % accum == 0: optimizer.step(); optimizer.zero_grad()`: the optimizer step
-                    elif self.is_throttled_test(parent.test) or _leaves(parent.body) or _capped_branch(parent):
+                    elif self.throttles.is_throttled_test(parent.test) or _leaves(parent.body) or _capped_branch(parent):
                         return None
                     type_guarded = type_guarded or _is_type_test(parent.test)
                 elif cur is parent.test and after_latch(node, parent):
@@ -323,7 +294,7 @@ class LoopsMixin:
                 if cur is parent.body:
                     kind = self._loops.get(parent)
                     if kind is not None:
-                        if self.behind_throttle_guard(node, parent) is not None:
+                        if self.throttles.behind_throttle_guard(node, parent) is not None:
                             return None
                         return LoopInfo(parent, kind)
                 elif cur is getattr(parent, "orelse", None):
@@ -331,11 +302,11 @@ class LoopsMixin:
             elif isinstance(parent, cst.FunctionDef):
                 kind = self._step_functions.get(parent)
                 if kind is not None and cur is parent.body:
-                    if type_guarded and parent in self.step_callers:
+                    if type_guarded and parent in self.facts.step_callers:
                         # `if isinstance(v, torch.Tensor): v = v.item()` in a helper another
                         # file calls: whether it runs depends on what the callers pass.
                         return None
-                    if self.behind_throttle_guard(node, parent) is not None:
+                    if self.throttles.behind_throttle_guard(node, parent) is not None:
                         return None  # `if step % every: return` earlier in the helper
                     return LoopInfo(parent, kind)
                 return None
@@ -343,6 +314,12 @@ class LoopsMixin:
                 return None
             cur = parent
         return None
+
+    # -- per-call execution ---------------------------------------------------------------
+    def runs_on_every_call(self, node: cst.CSTNode, host: cst.FunctionDef) -> bool:
+        """Whether `node` runs each time `host` runs (not in a throttled or leaving branch,
+        an exception handler or a nested function)."""
+        return self.runs_each_time(node, host, nested_functions=False)
 
 
 _EXITS = {"sys.exit", "exit", "quit", "os._exit", "os.abort"}

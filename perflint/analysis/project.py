@@ -31,6 +31,7 @@ from pathlib import Path
 
 from perflint.analysis.callers import CallerFacts
 from perflint.analysis.modules import MAX_DEPTH, ModuleResolver
+from perflint.analysis.vocab import Kind
 
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _SKIP_DIRS = {
@@ -39,9 +40,9 @@ _SKIP_DIRS = {
 }
 MAX_PROJECT_FILES = 5000
 # Kinds a function's result may carry to its callers.
-RESULT_KINDS = frozenset({"dataloader", "model", "optimizer", "scaler", "criterion", "loss", "tensor", "dataset",
-                          "grad_off_decorator",
-                          "device_cuda", "device_cpu", "device_other"})
+RESULT_KINDS = frozenset({Kind.DATALOADER, Kind.MODEL, Kind.OPTIMIZER, Kind.SCALER, Kind.CRITERION, Kind.LOSS, Kind.TENSOR, Kind.DATASET,
+                          Kind.GRAD_OFF_DECORATOR,
+                          Kind.DEVICE_CUDA, Kind.DEVICE_CPU, Kind.DEVICE_OTHER})
 
 
 def find_root(path: Path, stop: Path | None = None) -> Path:
@@ -178,8 +179,8 @@ class ProjectIndex:
                 where = self.resolve(path, base)
                 if where is not None and where[1] and "." not in where[1]:
                     out |= self.class_kinds(where[0], where[1], depth + 1)
-            if "criterion" in out:
-                out.discard("model")
+            if Kind.CRITERION in out:
+                out.discard(Kind.MODEL)
         got = frozenset(out)
         self._memo[key] = got
         return got
@@ -196,12 +197,12 @@ class ProjectIndex:
             what, data = got
             if what == "class":
                 ck = self.class_kinds(where[0], where[1])
-                if "criterion" in ck:
-                    out.add("criterion")
-                elif "model" in ck:
-                    out.add("model")
-                if "dataset" in ck:
-                    out.add("dataset")
+                if Kind.CRITERION in ck:
+                    out.add(Kind.CRITERION)
+                elif Kind.MODEL in ck:
+                    out.add(Kind.MODEL)
+                if Kind.DATASET in ck:
+                    out.add(Kind.DATASET)
             else:
                 out |= set(data.get("returns", ()))
                 for ref in data.get("ret_calls", ()):

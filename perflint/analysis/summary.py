@@ -32,7 +32,7 @@ from perflint.analysis.project import RESULT_KINDS
 from perflint.analysis.summary_types import CallRecord, ClassInfo, FunctionInfo, ModuleSummary, Signature
 from perflint.analysis.devices import _device_string_kinds
 from perflint.analysis.syntax import NOT_LITERAL, argparse_dest, call_name, get_arg, has_splat, literal_value
-from perflint.analysis.vocab import DATALOADER, _OPTION_ROOTS
+from perflint.analysis.vocab import Kind, DATALOADER, _OPTION_ROOTS
 from perflint.names import ImportTable, dotted
 
 SUMMARY_VERSION = 8
@@ -68,7 +68,7 @@ def _wide_conv(call: cst.Call, q: str) -> bool:
     return arg is None or literal_value(arg.value) not in (1, (1,), (1, 1), (1, 1, 1))
 
 
-_DEVICE_KINDS = {"device_cuda", "device_cpu", "device_other"}
+_DEVICE_KINDS = {Kind.DEVICE_CUDA, Kind.DEVICE_CPU, Kind.DEVICE_OTHER}
 _FRAMEWORKS = {"accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "colossalai", "composer"}
 _JSON_SCALARS = (int, float, str, bool, type(None))
 
@@ -81,9 +81,9 @@ def reference(facts, expr: cst.BaseExpression) -> str | None:
     head, _, tail = name.partition(".")
     if head == "self":
         return None
-    if head in facts.functions_by_name or head in facts.classes_by_name:
+    if head in facts.tree.functions_by_name or head in facts.tree.classes_by_name:
         return "#" + name
-    imports = facts.imports
+    imports = facts.tree.imports
     if head in imports.aliases:
         target = imports.aliases[head]
         if target.split(".", 1)[0] in LIBRARY_ROOTS:
@@ -91,7 +91,7 @@ def reference(facts, expr: cst.BaseExpression) -> str | None:
         return target + ("." + tail if tail else "")
     if head in imports.relative:
         return imports.relative[head] + ("." + tail if tail else "")
-    if imports.stars and not tail and not _is_builtin(head) and facts.lookup(head, expr) == []:
+    if imports.stars and not tail and not _is_builtin(head) and facts.bindings.lookup(head, expr) == []:
         return "*" + name
     return None
 
@@ -117,48 +117,48 @@ def _symbol_of(facts, fn: cst.FunctionDef | None) -> str | None:
     """"func" for a top-level function, "Class.method" for a method of a top-level class."""
     if fn is None:
         return None
-    parent = facts.parent(fn)
+    parent = facts.tree.parent(fn)
     if isinstance(parent, cst.Module):
         return fn.name.value
     if isinstance(parent, cst.IndentedBlock):
-        cls = facts.parent(parent)
-        if isinstance(cls, cst.ClassDef) and isinstance(facts.parent(cls), cst.Module):
+        cls = facts.tree.parent(parent)
+        if isinstance(cls, cst.ClassDef) and isinstance(facts.tree.parent(cls), cst.Module):
             return f"{cls.name.value}.{fn.name.value}"
     return None
 
 
 def _outer_function(facts, node: cst.CSTNode) -> cst.FunctionDef | None:
-    fn = facts.enclosing_function(node)
+    fn = facts.tree.enclosing_function(node)
     while fn is not None:
         if _symbol_of(facts, fn) is not None:
             return fn
-        fn = facts.enclosing_function(fn)
+        fn = facts.tree.enclosing_function(fn)
     return None
 
 
 def _body_info(facts, container: cst.CSTNode) -> dict:
     apis: set[str] = set()
     uses: set[str] = set()
-    for call in facts.calls_within(container):
-        q = facts.qualname(call.func)
+    for call in facts.tree.calls_within(container):
+        q = facts.tree.qualname(call.func)
         if q is not None and _API.match(q):
             apis.add(q)
             if _wide_conv(call, q):
                 apis.add(WIDE_CONV)
             continue
         if isinstance(call.func, (cst.Subscript, cst.Call)):
-            for v in facts.factory_choices(call.func) or ():  # `ARCHS[name](...)`: every choice
+            for v in facts.kinds.calls.factory_choices(call.func) or ():  # `ARCHS[name](...)`: every choice
                 ref = None if isinstance(v, str) else reference(facts, v)
                 if ref is not None:
                     uses.add(ref)
                     continue
-                vq = v if isinstance(v, str) else facts.qualname(v)
+                vq = v if isinstance(v, str) else facts.tree.qualname(v)
                 if vq is not None:
                     apis.add(vq)
         ref = reference(facts, call.func)
         if ref is not None:
             uses.add(ref)
-    if any(isinstance(n.operator, cst.MatrixMultiply) for n in facts.nodes_within(container, cst.BinaryOperation)):
+    if any(isinstance(n.operator, cst.MatrixMultiply) for n in facts.tree.nodes_within(container, cst.BinaryOperation)):
         apis.add("operator.matmul")
     return {"apis": sorted(apis), "uses": sorted(uses)}
 
@@ -167,15 +167,15 @@ def _function_info(facts, fn: cst.FunctionDef) -> FunctionInfo:
     returns: set[str] = set()
     ret_calls: set[str] = set()
     loader_options = None
-    for ret in facts.nodes_within(fn, cst.Return):
-        if ret.value is None or facts.enclosing_function(ret) is not fn:
+    for ret in facts.tree.nodes_within(fn, cst.Return):
+        if ret.value is None or facts.tree.enclosing_function(ret) is not fn:
             continue
-        returns |= set(facts.kinds(ret.value))
+        returns |= set(facts.kinds.of(ret.value))
         returns |= _all_loaders(facts, ret.value)
-        returns |= facts.device_kinds(ret.value) & _DEVICE_KINDS if _looks_like_device(facts, ret.value) else set()
+        returns |= facts.devices.device_kinds(ret.value) & _DEVICE_KINDS if _looks_like_device(facts, ret.value) else set()
         values = [ret.value]
         if isinstance(ret.value, cst.Name):
-            bs = facts.lookup(ret.value.value, ret)
+            bs = facts.bindings.lookup(ret.value.value, ret)
             if bs and all(b.how == "expr" for b in bs):
                 values = [b.node for b in bs]  # `if ...: model = A() elif ...: model = B()`; `return model`
         for value in values:
@@ -183,16 +183,16 @@ def _function_info(facts, fn: cst.FunctionDef) -> FunctionInfo:
                 ref = reference(facts, value.func)
                 if ref is not None:
                     ret_calls.add(ref)
-                if facts.qualname(value.func) == DATALOADER and len(values) == 1:
+                if facts.tree.qualname(value.func) == DATALOADER and len(values) == 1:
                     loader_options = _loader_options(facts, value)
-    if facts.is_grad_off_factory(fn):
-        returns.add("grad_off_decorator")
+    if facts.grad.is_grad_off_factory(fn):
+        returns.add(Kind.GRAD_OFF_DECORATOR)
     info = {"returns": _strong(returns, RESULT_KINDS), "ret_calls": sorted(ret_calls), "sig": _signature(fn)}
-    if facts.function_syncs(fn):
+    if facts.hotpath.function_syncs(fn):
         info["syncs"] = True  # waits for the GPU each time it runs (`.item()`, `.cpu()`, ...)
     if loader_options is not None:
         info["loader"] = loader_options
-    if facts.graph_collate(fn):
+    if facts.kinds.graph_collate(fn):
         info["graph"] = True  # returns a DGL graph batch: a loader's pin_memory leaves it as is
     info.update(_body_info(facts, fn))
     return info
@@ -219,9 +219,9 @@ def _all_loaders(facts, value: cst.BaseExpression) -> set[str]:
     if not isinstance(value, (cst.Tuple, cst.List)) or not value.elements:
         return set()
     for el in value.elements:
-        if isinstance(el, cst.StarredElement) or "dataloader" not in facts.kinds(el.value):
+        if isinstance(el, cst.StarredElement) or Kind.DATALOADER not in facts.kinds.of(el.value):
             return set()
-    return {"dataloader"}
+    return {Kind.DATALOADER}
 
 
 def _loader_options(facts, call: cst.Call) -> dict:
@@ -237,7 +237,7 @@ def _loader_options(facts, call: cst.Call) -> dict:
 
 
 def _looks_like_device(facts, node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Call) and facts.qualname(node.func) == "torch.device" or isinstance(
+    return isinstance(node, cst.Call) and facts.tree.qualname(node.func) == "torch.device" or isinstance(
         node, (cst.SimpleString, cst.IfExp))
 
 
@@ -249,33 +249,33 @@ _PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "torch.no_grad", "
 def _class_info(facts, cls: cst.ClassDef) -> ClassInfo:
     name = cls.name.value
     kinds = []
-    if name in facts.loss_classes:
-        kinds.append("criterion")
-    elif name in facts.module_classes:
-        kinds.append("model")
-    if name in facts.dataset_classes:
-        kinds.append("dataset")
-        if facts.cheap_samples_class(cls):
-            kinds.append("cheap_samples")  # in-memory or memory-mapped samples (PF101)
-        if facts.moves_samples_to_device(cls):
-            kinds.append("device_samples")  # its samples are on a device: nothing to pin (PF102/PF105)
-        if facts.shares_a_file_offset(cls):
-            kinds.append("shared_file")  # one open file seeked per item: not for forked workers (PF101)
+    if name in facts.kinds.loss_classes:
+        kinds.append(Kind.CRITERION)
+    elif name in facts.kinds.module_classes:
+        kinds.append(Kind.MODEL)
+    if name in facts.kinds.dataset_classes:
+        kinds.append(Kind.DATASET)
+        if facts.kinds.cheap_samples_class(cls):
+            kinds.append(Kind.CHEAP_SAMPLES)  # in-memory or memory-mapped samples (PF101)
+        if facts.kinds.moves_samples_to_device(cls):
+            kinds.append(Kind.DEVICE_SAMPLES)  # its samples are on a device: nothing to pin (PF102/PF105)
+        if facts.kinds.shares_a_file_offset(cls):
+            kinds.append(Kind.SHARED_FILE)  # one open file seeked per item: not for forked workers (PF101)
         collate = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "collate_fn"),
                        None) if isinstance(cls.body, cst.IndentedBlock) else None
-        if collate is not None and facts.pad_only_collate(collate):
-            kinds.append("pad_collate")
-        if any((facts.qualname(b.value) or dotted(b.value) or "").endswith("IterableDataset") for b in cls.bases):
-            kinds.append("iterable_dataset")
+        if collate is not None and facts.kinds.pad_only_collate(collate):
+            kinds.append(Kind.PAD_COLLATE)
+        if any((facts.tree.qualname(b.value) or dotted(b.value) or "").endswith("IterableDataset") for b in cls.bases):
+            kinds.append(Kind.ITERABLE_DATASET)
     bases = [r for r in (reference(facts, b.value) for b in cls.bases) if r is not None]
     attrs: dict[str, list[str]] = {}
-    for attr, bindings in facts.attr_bindings.get(cls, {}).items():
+    for attr, bindings in facts.bindings.attr_bindings.get(cls, {}).items():
         ks: set[str] = set()
         for b in bindings:
-            ks |= facts._binding_kinds(b)
-            if b.how == "expr" and facts.is_device_expr(b.node):
-                ks |= facts.device_kinds(b.node) & _DEVICE_KINDS
-        strong = _strong(ks, RESULT_KINDS | {"batch"})
+            ks |= facts.kinds._binding_kinds(b)
+            if b.how == "expr" and facts.devices.is_device_expr(b.node):
+                ks |= facts.devices.device_kinds(b.node) & _DEVICE_KINDS
+        strong = _strong(ks, RESULT_KINDS | {Kind.BATCH})
         if strong:
             attrs[attr] = strong
     methods = {}
@@ -295,7 +295,7 @@ def _class_info(facts, cls: cst.ClassDef) -> ClassInfo:
 
 def _defaults(facts) -> dict:
     out: dict[str, object] = {}
-    for call in facts.calls():
+    for call in facts.tree.calls():
         if call_name(call) == "add_argument" and isinstance(call.func, cst.Attribute):
             dest = argparse_dest(call)
             default = get_arg(call, "default")
@@ -309,7 +309,7 @@ def _defaults(facts) -> dict:
                     v = _json_literal(a.value)
                     if v is not NOT_LITERAL:
                         out.setdefault(a.keyword.value, v)
-    for cls in facts.index[cst.ClassDef]:
+    for cls in facts.tree.index[cst.ClassDef]:
         if not any((dotted(d.decorator if not isinstance(d.decorator, cst.Call) else d.decorator.func) or "").endswith("dataclass")
                    for d in cls.decorators):
             continue
@@ -320,7 +320,7 @@ def _defaults(facts) -> dict:
                         v = _json_literal(small.value)
                         if v is not NOT_LITERAL:
                             out.setdefault(small.target.value, v)
-    for node in facts.index[cst.Assign]:
+    for node in facts.tree.index[cst.Assign]:
         if not isinstance(node.value, cst.Dict) or len(node.targets) != 1:
             continue
         target = dotted(node.targets[0].target) or ""
@@ -344,39 +344,39 @@ def _constants(facts) -> dict:
                 if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
                     name = small.targets[0].target.value
                     v = _json_literal(small.value)
-                    if v is not NOT_LITERAL and len(facts.bindings.get(facts.module, {}).get(name, [])) == 1:
+                    if v is not NOT_LITERAL and len(facts.bindings.scopes.get(facts.module, {}).get(name, [])) == 1:
                         out[name] = v
     return out
 
 
 def _calls(facts, lines) -> list[CallRecord]:
     out = []
-    for call in facts.calls():
+    for call in facts.tree.calls():
         ref = reference(facts, call.func)
         inst = False
         if ref is None and isinstance(call.func, cst.Attribute) and not _plain_receiver(facts, call.func.value):
-            cls = facts.instance_class(call.func.value)  # `agent.act(obs)` on a project class
+            cls = facts.cross.instance_class(call.func.value)  # `agent.act(obs)` on a project class
             if cls is not None:
                 ref, inst = f"{cls}.{call.func.attr.value}", True
         if ref is None:
             continue
         host = _outer_function(facts, call)
-        ctx = facts.iteration_context(call)
+        ctx = facts.loops.iteration_context(call)
         rec: dict = {"ref": ref, "in": _symbol_of(facts, host)}
         if inst:
             rec["inst"] = True  # a method called on an instance: its arguments fill the parameters after `self`
         if ctx is not None:
             rec["step"] = ctx.kind
             rec["line"] = lines(call)
-        rec["every"] = host is not None and facts.runs_on_every_call(call, host)
-        if facts.grad_context(call) == "off":
+        rec["every"] = host is not None and facts.loops.runs_on_every_call(call, host)
+        if facts.grad.grad_context(call) == "off":
             rec["nograd"] = True  # under `torch.no_grad()` / `inference_mode()` at the call
         positional = [a for a in call.args if a.keyword is None and not a.star]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
         splat = any(a.star == "*" for a in call.args)
         if not splat and has_splat(call):
             # `f(x, **loader_kw)` with a dict literal (updated only with such dicts): its keys.
-            expanded = facts.call_keywords(call)
+            expanded = facts.cross.call_keywords(call)
             if expanded is None:
                 splat = True
             else:
@@ -398,13 +398,13 @@ def _calls(facts, lines) -> list[CallRecord]:
             if p is not None:
                 fwd[key] = p
                 continue
-            ks = facts.kinds(value)
+            ks = facts.kinds.of(value)
             if ks & _NOT_DEVICE_OR_OBJECT:
                 continue  # a tensor, a number, a loader …: no device, no project object
             d = _arg_device(facts, value)
             if d:
                 dev[key] = d
-            c = facts.instance_class(value) if isinstance(value, (cst.Name, cst.Call)) and "model" not in ks else None
+            c = facts.cross.instance_class(value) if isinstance(value, (cst.Name, cst.Call)) and Kind.MODEL not in ks else None
             if c is not None:
                 cls[key] = c  # `train(model, Corpus(path))`: the class of the argument
         if to_function:
@@ -421,14 +421,14 @@ def _calls(facts, lines) -> list[CallRecord]:
     return out
 
 
-_NOT_DEVICE_OR_OBJECT = frozenset({"tensor", "batch", "output", "loss", "number", "int", "numpy", "dataloader",
-                                   "optimizer", "criterion", "dataset", "scaler", "device_tensor", "cpu_tensor"})
+_NOT_DEVICE_OR_OBJECT = frozenset({Kind.TENSOR, Kind.BATCH, Kind.OUTPUT, Kind.LOSS, Kind.NUMBER, Kind.INT, Kind.NUMPY, Kind.DATALOADER,
+                                   Kind.OPTIMIZER, Kind.CRITERION, Kind.DATASET, Kind.SCALER, Kind.DEVICE_TENSOR, Kind.CPU_TENSOR})
 
 
 def _names_a_class(facts, ref: str) -> bool:
     """A call reference that names a class (`#Net`, `models.ResNet`, `Trainer.__init__` aside)."""
     last = ref.rsplit(".", 1)[-1].lstrip("#*")
-    return last in facts.classes_by_name if ref.startswith("#") else last[:1].isupper()
+    return last in facts.tree.classes_by_name if ref.startswith("#") else last[:1].isupper()
 
 
 # Calls that return the model or tensor they are called on, placed or converted.
@@ -440,28 +440,28 @@ def _device_of(facts, node: cst.BaseExpression, depth: int = 0) -> set[str]:
     name or `self.` attribute bound only to those, `"cuda" if ... else "cpu"`); an integer is
     not taken for a device here (`fit(model, 10)`).  {"device_unknown"} otherwise."""
     if depth > 6:
-        return {"device_unknown"}
+        return {Kind.DEVICE_UNKNOWN}
     if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
         v = literal_value(node)
-        return _device_string_kinds(v) if isinstance(v, str) and _device_string_kinds(v) else {"device_unknown"}
+        return _device_string_kinds(v) if isinstance(v, str) and _device_string_kinds(v) else {Kind.DEVICE_UNKNOWN}
     if isinstance(node, cst.IfExp):
         return _device_of(facts, node.body, depth + 1) | _device_of(facts, node.orelse, depth + 1)
     if isinstance(node, cst.Call):
-        q = facts.qualname(node.func)
+        q = facts.tree.qualname(node.func)
         if q in ("torch.device", "torch.cuda.current_device", "torch.accelerator.current_accelerator"):
-            return set(facts.device_kinds(node))
-        return {"device_unknown"}
+            return set(facts.devices.device_kinds(node))
+        return {Kind.DEVICE_UNKNOWN}
     bindings = []
     if isinstance(node, cst.Name):
-        bindings = facts.lookup(node.value, node)
+        bindings = facts.bindings.lookup(node.value, node)
     elif isinstance(node, cst.Attribute):
-        bindings = facts.self_attr_bindings(node)
+        bindings = facts.bindings.self_attr_bindings(node)
         if not bindings:
-            found, default = facts.option_default(node)  # `args.device` defaulting to "cuda"
+            found, default = facts.cross.option_default(node)  # `args.device` defaulting to "cuda"
             if found and isinstance(default, str) and _device_string_kinds(default):
-                return _device_string_kinds(default) | {"device_unknown"}
+                return _device_string_kinds(default) | {Kind.DEVICE_UNKNOWN}
     if not bindings or any(b.how != "expr" for b in bindings):
-        return {"device_unknown"}
+        return {Kind.DEVICE_UNKNOWN}
     out: set[str] = set()
     for b in bindings:
         out |= _device_of(facts, b.node, depth + 1)
@@ -474,9 +474,9 @@ def _arg_device(facts, value: cst.BaseExpression) -> list[str] | None:
     if isinstance(value, (cst.Integer, cst.Float)):
         return None
     ks = _device_of(facts, value)
-    if ks != {"device_unknown"}:
+    if ks != {Kind.DEVICE_UNKNOWN}:
         return sorted(ks)
-    if "model" in facts.kinds(value):
+    if Kind.MODEL in facts.kinds.of(value):
         placed = _model_placement(facts, value)
         if placed:
             return sorted(placed)
@@ -492,11 +492,11 @@ def _model_placement(facts, value: cst.BaseExpression) -> set[str]:
         while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and depth < 6:
             attr = node.func.attr.value
             if attr == "cuda":
-                out.add("device_cuda")
+                out.add(Kind.DEVICE_CUDA)
                 return
             if attr == "to" and node.args:
                 d = _device_of(facts, node.args[0].value)
-                if d != {"device_unknown"}:
+                if d != {Kind.DEVICE_UNKNOWN}:
                     out.update(d)
                     return
             if attr not in _PLACING:
@@ -506,18 +506,18 @@ def _model_placement(facts, value: cst.BaseExpression) -> set[str]:
 
     chain(value)
     if isinstance(value, cst.Name):
-        bindings = facts.lookup(value.value, value)
+        bindings = facts.bindings.lookup(value.value, value)
         for b in bindings:
             if b.how == "expr":
                 chain(b.node)
-        scope = facts.scope_of(value)
-        at = facts.order.get(value, 0)
-        for use in facts.later_uses(value.value, scope, -1):
-            if facts.order.get(use, 0) >= at:
+        scope = facts.tree.scope_of(value)
+        at = facts.tree.order.get(value, 0)
+        for use in facts.tree.later_uses(value.value, scope, -1):
+            if facts.tree.order.get(use, 0) >= at:
                 break
-            attr = facts.parent(use)
-            call = facts.parent(attr) if isinstance(attr, cst.Attribute) and attr.value is use else None
-            if isinstance(call, cst.Call) and call.func is attr and isinstance(facts.parent(call), cst.Expr):
+            attr = facts.tree.parent(use)
+            call = facts.tree.parent(attr) if isinstance(attr, cst.Attribute) and attr.value is use else None
+            if isinstance(call, cst.Call) and call.func is attr and isinstance(facts.tree.parent(call), cst.Expr):
                 chain(call)
     return out
 
@@ -526,7 +526,7 @@ def _forwarded_param(facts, value: cst.BaseExpression, host) -> str | None:
     """The name of `host`'s parameter when the argument is that parameter, never rebound."""
     if host is None or not isinstance(value, cst.Name):
         return None
-    bs = facts.lookup(value.value, value)
+    bs = facts.bindings.lookup(value.value, value)
     if len(bs) == 1 and bs[0].how == "param" and bs[0].site is host:
         return value.value
     return None
@@ -540,7 +540,7 @@ def _keyword_value(facts, value: cst.BaseExpression):
     if v is not NOT_LITERAL:
         return ["v", v]
     if isinstance(value, cst.Name):
-        bs = facts.lookup(value.value, value)
+        bs = facts.bindings.lookup(value.value, value)
         if len(bs) == 1 and bs[0].how == "expr":
             v = _json_literal(bs[0].node)
             if v is not NOT_LITERAL:
@@ -554,7 +554,7 @@ def _keyword_value(facts, value: cst.BaseExpression):
         parts = parts[1:]
     if len(parts) != 2 or not (parts[0] in _OPTION_ROOTS or parts[0].endswith(("args", "cfg", "config", "opt"))):
         return None
-    own = facts.own_option_defaults
+    own = facts.cross.own_option_defaults
     if parts[1] in own and isinstance(own[parts[1]], _JSON_SCALARS):
         return ["o", text, own[parts[1]]]
     return ["o", text]
@@ -564,26 +564,26 @@ def _escapes(facts) -> list[str]:
     """Project functions this file names other than by calling them (`fn=train_step`,
     `map(step, ...)`, `hooks = [evaluate]`): they may be called with anything."""
     out: set[str] = set()
-    aliases, relative, local = facts.imports.aliases, facts.imports.relative, facts.functions_by_name
-    for name in facts.index[cst.Name]:
+    aliases, relative, local = facts.tree.imports.aliases, facts.tree.imports.relative, facts.tree.functions_by_name
+    for name in facts.tree.index[cst.Name]:
         v = name.value
         if v not in local and v not in aliases and v not in relative or v[:1].isupper():
             continue  # (a capitalised name is a class: its constructor takes no parameter facts)
-        parent = facts.parent(name)
+        parent = facts.tree.parent(name)
         if isinstance(parent, cst.Call) and parent.func is name:
             continue
         if isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.ImportAlias, cst.AsName, cst.Attribute,
                                cst.Decorator, cst.Param, cst.Global, cst.Nonlocal)):
             continue
-        if facts.lookup(v, name) and v not in local:
+        if facts.bindings.lookup(v, name) and v not in local:
             continue  # a local variable spelled like an import
         ref = reference(facts, name)
         if ref is not None:
             out.add(ref)
-    for attr in facts.index[cst.Attribute]:
+    for attr in facts.tree.index[cst.Attribute]:
         if not isinstance(attr.value, cst.Name) or attr.value.value not in aliases and attr.value.value not in relative:
             continue
-        parent = facts.parent(attr)
+        parent = facts.tree.parent(attr)
         if isinstance(parent, cst.Call) and parent.func is attr or isinstance(parent, (cst.Attribute, cst.Decorator)) \
                 or attr.attr.value[:1].isupper():
             continue
@@ -600,18 +600,18 @@ def _blind_attributes(facts, calls: list[dict]) -> list[str]:
     on an instance of a project class (recorded in `calls`) and module attributes
     (`utils.accuracy`) are left out."""
     known = {c["ref"].rsplit(".", 1)[-1] for c in calls if c.get("inst")}
-    aliases, relative = facts.imports.aliases, facts.imports.relative
+    aliases, relative = facts.tree.imports.aliases, facts.tree.imports.relative
     out: set[str] = set()
-    for attr in facts.index[cst.Attribute]:
+    for attr in facts.tree.index[cst.Attribute]:
         name = attr.attr.value
         if name in out or name.startswith("__"):
             continue
         if isinstance(attr.value, cst.Name) and (attr.value.value in aliases or attr.value.value in relative):
             continue
         if name in known:
-            parent = facts.parent(attr)
+            parent = facts.tree.parent(attr)
             if isinstance(parent, cst.Call) and parent.func is attr and not _plain_receiver(facts, attr.value) \
-                    and facts.instance_class(attr.value) is not None:
+                    and facts.cross.instance_class(attr.value) is not None:
                 continue
         out.add(name)
     return sorted(out)
@@ -621,7 +621,7 @@ def _plain_receiver(facts, value: cst.BaseExpression) -> bool:
     """`self.f()`, `torch.cat()`, `"".join()`: a receiver that is no instance of a project
     class bound to a name."""
     if isinstance(value, cst.Name):
-        return value.value in ("self", "cls") or value.value in facts.imports.aliases
+        return value.value in ("self", "cls") or value.value in facts.tree.imports.aliases
     return not isinstance(value, (cst.Attribute, cst.Call))
 
 
@@ -632,7 +632,7 @@ _LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Concat
 def _arg_kinds(facts, value: cst.BaseExpression) -> list[str]:
     if isinstance(value, _LITERALS) or (isinstance(value, cst.Name) and value.value in ("True", "False", "None")):
         return []
-    return _strong(facts.kinds(value), PARAM_KINDS)
+    return _strong(facts.kinds.of(value), PARAM_KINDS)
 
 
 def _bound_to_project_call(facts, value: cst.BaseExpression) -> list | None:
@@ -640,7 +640,7 @@ def _bound_to_project_call(facts, value: cst.BaseExpression) -> list | None:
     function of another module (`loader = get_loader(...)`; unpacked: `a, b = get_loaders()`)."""
     if not isinstance(value, cst.Name):
         return None
-    bs = facts.lookup(value.value, value)
+    bs = facts.bindings.lookup(value.value, value)
     if len(bs) != 1 or bs[0].how not in ("expr", "unpack") or not isinstance(bs[0].node, cst.Call):
         return None
     if bs[0].how == "unpack" and len(bs[0].index) != 1:
@@ -660,7 +660,7 @@ _TF32_ATTRS = {"allow_tf32", "fp32_precision"}
 
 
 def _in_main_guard(facts, node) -> bool:
-    for a in facts.ancestors(node):
+    for a in facts.tree.ancestors(node):
         if isinstance(a, cst.If) and isinstance(a.test, cst.Comparison) and len(a.test.comparisons) == 1 \
                 and {dotted(a.test.left), literal_value(a.test.comparisons[0].comparator)} == {"__name__", "__main__"}:
             return True
@@ -678,7 +678,7 @@ def _settings(facts) -> dict:
     def add(node, what):
         found["main_settings" if _in_main_guard(facts, node) else "settings"].add(what)
 
-    for node in facts.index[cst.Assign]:
+    for node in facts.tree.index[cst.Assign]:
         for t in node.targets:
             if not isinstance(t.target, cst.Attribute):
                 continue
@@ -689,8 +689,8 @@ def _settings(facts) -> dict:
                 add(node, "cudnn_benchmark" if attr == "benchmark" else "deterministic")
             elif attr in _TF32_ATTRS:
                 add(node, "tf32")
-    for call in facts.calls():
-        q = facts.qualname(call.func) or ""
+    for call in facts.tree.calls():
+        q = facts.tree.qualname(call.func) or ""
         if q == "torch.set_float32_matmul_precision":
             add(call, "tf32")
         elif q == "torch.use_deterministic_algorithms":
@@ -702,9 +702,9 @@ def _settings(facts) -> dict:
                 v = literal_value(a.value)
                 if isinstance(v, str) and _PRECISION_FLAG.search(v):
                     add(call, "amp")
-    if facts.uses_autocast:
+    if facts.filewide.uses_autocast:
         found["settings"].add("amp")
-    if facts.uses_grad_scaler or facts.words.name_contains("gradscaler", "grad_scaler", "loss_scaler"):
+    if facts.filewide.uses_grad_scaler or facts.filewide.words.name_contains("gradscaler", "grad_scaler", "loss_scaler"):
         found["settings"].add("scaler")
     return {k: sorted(v) for k, v in found.items() if v}
 
@@ -742,7 +742,7 @@ def _dunder_all(facts) -> list[str] | None:
 
 def summarise(facts, lines) -> ModuleSummary:
     """The summary of the file behind `facts`; `lines(node)` gives a node's 1-based line."""
-    imports = facts.imports
+    imports = facts.tree.imports
     summary = {
         "v": SUMMARY_VERSION,
         "imports": {k: v for k, v in imports.aliases.items() if v.split(".", 1)[0] not in LIBRARY_ROOTS},
@@ -756,8 +756,8 @@ def summarise(facts, lines) -> ModuleSummary:
         "defaults": _defaults(facts),
         "constants": _constants(facts),
         "calls": [],
-        "accel": bool(facts.may_use_accelerator),
-        "cuda": bool(facts.own_cuda_code),
+        "accel": bool(facts.filewide.may_use_accelerator),
+        "cuda": bool(facts.devices.own_cuda_code),
         # Accelerate, Lightning, DeepSpeed … place models and batches and set precision
         # themselves: what such a file hands other modules makes no CUDA claim there.
         "framework": any(v.split(".", 1)[0] in _FRAMEWORKS for v in imports.aliases.values()),
@@ -766,7 +766,7 @@ def summarise(facts, lines) -> ModuleSummary:
         **_settings(facts),
         # The file trains (a training loop or a per-step training function): evaluation it
         # calls runs during training.
-        "trains": bool(facts.trains),
+        "trains": bool(facts.hotpath.trains),
     }
     for stmt in facts.module.body:
         if isinstance(stmt, cst.ClassDef):

@@ -9,20 +9,24 @@ from functools import cached_property
 
 import libcst as cst
 
+from perflint.analysis.component import Component
+
 from perflint.analysis.syntax import argparse_dest, call_name, get_arg, literal_value, strip_not
 from perflint.analysis.tree import _iter_expr
 from perflint.analysis.vocab import _BOUND_NAMES, _OPTION_ROOTS, _THROTTLE_NAMES
 from perflint.names import dotted
 
 
-class ThrottlesMixin:
+class Throttles(Component):
+    needs = ("tree", "bindings", "steps")
+
     @cached_property
     def always_true_options(self) -> frozenset[str]:
         """Options of this file's argparse that are true on every run: `type=bool` with a true
         default (argparse's `bool("False")` is True, so no command line makes it false), or
         `action="store_true"` with a true default."""
         out = set()
-        for call in self.calls():
+        for call in self.tree.calls():
             if call_name(call) != "add_argument" or not isinstance(call.func, cst.Attribute):
                 continue
             default = get_arg(call, "default")
@@ -31,7 +35,7 @@ class ThrottlesMixin:
             if default is None or literal_value(default.value) is not True:
                 continue
             if not ((kind is not None and isinstance(kind.value, cst.Name) and kind.value.value == "bool"
-                     and not self.lookup("bool", call) and action is None)
+                     and not self.bindings.lookup("bool", call) and action is None)
                     or (action is not None and literal_value(action.value) == "store_true")):
                 continue
             dest = argparse_dest(call)
@@ -44,7 +48,7 @@ class ThrottlesMixin:
         """What this file's argparse lets a user switch off: `--no-prefetcher` / `--disable-amp`
         (`action="store_true"`, no true default) gives "prefetcher" / "amp"."""
         out = set()
-        for call in self.calls():
+        for call in self.tree.calls():
             if call_name(call) != "add_argument" or not isinstance(call.func, cst.Attribute):
                 continue
             action = get_arg(call, "action")
@@ -66,7 +70,7 @@ class ThrottlesMixin:
         if not self.always_true_options and not self.opt_out_flags:
             return False
         cur = node
-        for anc in self.ancestors(node):
+        for anc in self.tree.ancestors(node):
             if isinstance(anc, cst.If):
                 test, negated = strip_not(anc.test)
                 name = (dotted(test) or "").rsplit(".", 1)[-1] if self.is_option_test(test) else None
@@ -153,7 +157,7 @@ class ThrottlesMixin:
         if isinstance(right, cst.Integer):
             return right.value == "1"
         if isinstance(right, cst.Name):
-            bindings = self.lookup(right.value, right)
+            bindings = self.bindings.lookup(right.value, right)
             return bool(bindings) and all(
                 b.how == "expr" and isinstance(b.node, cst.Integer) and b.node.value == "1" for b in bindings)
         return False
@@ -164,7 +168,7 @@ class ThrottlesMixin:
         (`report(loss, should_print)` with `should_print = step % 100 == 0`)."""
         if depth > 2:
             return False
-        bindings = self.lookup(name.value, name)
+        bindings = self.bindings.lookup(name.value, name)
         if not bindings:
             return False
         for b in bindings:
@@ -189,7 +193,7 @@ class ThrottlesMixin:
         if index is not None and positional and positional[0].name.value in ("self", "cls"):
             index -= 1
         out: list[cst.BaseExpression] = []
-        for call in self.index[cst.Call]:
+        for call in self.tree.index[cst.Call]:
             target = call.func.value if isinstance(call.func, cst.Name) else (
                 call.func.attr.value if isinstance(call.func, cst.Attribute) else None)
             if target != fn.name.value:
@@ -254,7 +258,7 @@ class ThrottlesMixin:
         `if not should_log: return`): what follows runs only on the few others. Returns
         that guard."""
         cur = node
-        for parent in self.ancestors(node):
+        for parent in self.tree.ancestors(node):
             if parent is container:
                 return None
             if isinstance(parent, (cst.IndentedBlock, cst.Module)) and cur in parent.body:
@@ -284,8 +288,8 @@ class ThrottlesMixin:
         train_freq: continue` before the update, as in DQN): the guard paces the training
         step, it does not throttle work around it."""
         for st in stmts:
-            for c in self.calls_within(st):
-                if self.is_backward_call(c) or self.is_optimizer_step(c) or self.is_scaler_call_step(c):
+            for c in self.tree.calls_within(st):
+                if self.steps.is_backward_call(c) or self.steps.is_optimizer_step(c) or self.steps.is_scaler_call_step(c):
                     return True
         return False
 
@@ -293,8 +297,8 @@ class ThrottlesMixin:
         name = call_name(call) or ""
         if _MODULO_HELPER_NAMES.search(name):
             return True
-        for fn in self.functions_by_name.get(name, ()):
-            rets = [r for r in self.nodes_within(fn, cst.Return) if r.value is not None]
+        for fn in self.tree.functions_by_name.get(name, ()):
+            rets = [r for r in self.tree.nodes_within(fn, cst.Return) if r.value is not None]
             if rets and all(any(isinstance(x, cst.BinaryOperation) and isinstance(x.operator, cst.Modulo)
                                 for x in _iter_expr(r.value)) for r in rets):
                 return True

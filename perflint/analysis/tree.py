@@ -10,7 +10,8 @@ from typing import Iterator
 
 import libcst as cst
 
-from perflint.names import dotted
+from perflint.analysis.component import Component
+from perflint.names import ImportTable, dotted
 
 Scope = cst.CSTNode  # a Module, FunctionDef, Lambda or ClassDef
 
@@ -84,8 +85,74 @@ def iter_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 _SCOPE_TYPES = frozenset({cst.FunctionDef, cst.Lambda, cst.Module, cst.ClassDef})
 
 
-class TreeMixin:
-    """Navigation over the walk's parent map and index."""
+class Tree(Component):
+    """One iterative walk of the module (parents, source order, a per-type index, the
+    file's functions, classes and imports as it spells them) and the navigation over it.
+    Nothing here depends on the project: a second analysis of the same module takes the
+    walk of the first (`other`) instead of walking again; its imports start afresh from
+    the spelled ones (`spelled`), since names from star imports depend on the project."""
+
+    # What another Tree of the same module hands over, and the memos that hold with it.
+    _PARTS = ("parents", "order", "_preorder", "index", "functions_by_name", "classes_by_name")
+    _MEMOS = ("_scope_memo", "_subtree_end", "_calls_by_bare_name")
+
+    def __init__(self, facts, other: "Tree | None" = None, spelled: ImportTable | None = None) -> None:
+        super().__init__(facts)
+        self.module: cst.Module = facts.module
+        self.imports = ImportTable()
+        if other is not None:
+            for name in self._PARTS:
+                setattr(self, name, getattr(other, name))
+            for name in self._MEMOS:
+                if name in other.__dict__:
+                    self.__dict__[name] = other.__dict__[name]
+            self.imports.aliases, self.imports.relative, self.imports.stars = \
+                dict(spelled.aliases), dict(spelled.relative), list(spelled.stars)
+            return
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.order: dict[cst.CSTNode, int] = {}
+        self._preorder: list[cst.CSTNode] = []
+        self.index: dict[type, list[cst.CSTNode]] = {t: [] for t in _INDEXED}
+        self.functions_by_name: dict[str, list[cst.FunctionDef]] = {}
+        self.classes_by_name: dict[str, cst.ClassDef] = {}
+        self._walk()
+
+    def _walk(self) -> None:
+        parents = self.parents
+        order = self.order
+        index = self.index
+        indexed = set(_INDEXED)
+        stack: list[cst.CSTNode] = [self.module]
+        counter = 0
+        preorder = self._preorder
+        while stack:
+            node = stack.pop()
+            order[node] = counter
+            preorder.append(node)
+            counter += 1
+            cls = type(node)
+            if cls in indexed:
+                index[cls].append(node)
+            children: list[cst.CSTNode] = []
+            for name in _child_fields(cls):
+                value = getattr(node, name)
+                if isinstance(value, cst.CSTNode):
+                    children.append(value)
+                elif isinstance(value, (list, tuple)):
+                    for item in value:
+                        if isinstance(item, cst.CSTNode):
+                            children.append(item)
+            for child in children:
+                parents[child] = node
+            stack.extend(reversed(children))
+        for imp in index[cst.Import]:
+            self.imports.add_import(imp)
+        for imp in index[cst.ImportFrom]:
+            self.imports.add_import_from(imp)
+        for fn in index[cst.FunctionDef]:
+            self.functions_by_name.setdefault(fn.name.value, []).append(fn)
+        for c in index[cst.ClassDef]:
+            self.classes_by_name.setdefault(c.name.value, c)
 
     @cached_property
     def _scope_memo(self) -> dict[cst.CSTNode, Scope]:

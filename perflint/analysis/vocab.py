@@ -3,6 +3,56 @@
 from __future__ import annotations
 
 import re
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    """What a value is, as the analyses tell it (`Kinds.of`, a project summary's `returns`
+    and class `kinds`).  A `NAMED_` kind is weak evidence: only the name says so (`train_dl`,
+    `net`).  The members are strings (summaries keep them as JSON), so a kind read back from
+    a summary equals the member."""
+
+    DATALOADER = "dataloader"
+    BATCH = "batch"  # an element of a loader, or what is unpacked from one
+    MODEL = "model"
+    LAYER = "layer"  # a single torch layer (also a model)
+    PARAMETER = "parameter"  # one parameter: what iterating `model.parameters()` gives
+    PARAMETERS = "parameters"  # `model.parameters()` itself
+    OPTIMIZER = "optimizer"
+    SCALER = "scaler"  # a GradScaler
+    CRITERION = "criterion"  # a loss module or function
+    LOSS = "loss"  # a loss value
+    OUTPUT = "output"  # what a model returns
+    TENSOR = "tensor"
+    CPU_TENSOR = "cpu_tensor"
+    DEVICE_TENSOR = "device_tensor"  # a tensor on an accelerator
+    DETACHED = "detached"  # `.detach()`ed: no graph
+    TORCH_OP = "torch_op"  # the result of a torch function
+    NUMBER = "number"  # a Python number
+    INT = "int"
+    NUMPY = "numpy"
+    DATASET = "dataset"
+    GRAD_OFF_DECORATOR = "grad_off_decorator"  # a function that returns a no-grad decorator
+    # Devices (`Devices.device_kinds`).
+    DEVICE_CUDA = "device_cuda"
+    DEVICE_CPU = "device_cpu"
+    DEVICE_OTHER = "device_other"
+    DEVICE_UNKNOWN = "device_unknown"
+    # A project Dataset class's traits (its summary's `kinds`).
+    CHEAP_SAMPLES = "cheap_samples"  # in-memory or memory-mapped samples
+    DEVICE_SAMPLES = "device_samples"  # samples already on a device
+    SHARED_FILE = "shared_file"  # one open file seeked per item
+    PAD_COLLATE = "pad_collate"  # a collate function that only pads
+    ITERABLE_DATASET = "iterable_dataset"
+    # Suggested by a naming convention alone.
+    NAMED_DATALOADER = "~dataloader"
+    NAMED_BATCH = "~batch"
+    NAMED_MODEL = "~model"
+    NAMED_OPTIMIZER = "~optimizer"
+    NAMED_SCALER = "~scaler"
+    NAMED_CRITERION = "~criterion"
+    NAMED_LOSS = "~loss"
+
 
 DATALOADER = "torch.utils.data.DataLoader"
 OPTIMIZER_CLASSES = {
@@ -66,13 +116,13 @@ _RANDOM_CONSTRUCTORS = {"rand", "randn", "randint", "randperm", "normal", "berno
                         "randn_like", "randint_like", "poisson", "multinomial"}
 
 _HINTS = [
-    ("~dataloader", re.compile(r"(^|_)(data)?loader(s)?(_|$)|^dl(_\w+)?$|(^|_)dl$|_dataloader$|^loader_")),
-    ("~optimizer", re.compile(r"(^|_)(optim|optimizer|optimiser|opt)(s)?(_|\d|$)")),
-    ("~model", re.compile(r"(^|_)(model|net|network|encoder|decoder|generator|discriminator|"
+    (Kind.NAMED_DATALOADER, re.compile(r"(^|_)(data)?loader(s)?(_|$)|^dl(_\w+)?$|(^|_)dl$|_dataloader$|^loader_")),
+    (Kind.NAMED_OPTIMIZER, re.compile(r"(^|_)(optim|optimizer|optimiser|opt)(s)?(_|\d|$)")),
+    (Kind.NAMED_MODEL, re.compile(r"(^|_)(model|net|network|encoder|decoder|generator|discriminator|"
                           r"classifier|backbone|module|critic|actor|policy|q_net|qnet|unet|vae|student|teacher)(s)?(_|\d|$)")),
-    ("~criterion", re.compile(r"(^|_)(criterion|loss_fn|loss_func|lossfn|loss_function|criteria)(_|\d|$)")),
-    ("~scaler", re.compile(r"(^|_)(grad_)?scaler(_|$)")),
-    ("~loss", re.compile(r"(^|_)loss(es)?(_|\d|$)")),
+    (Kind.NAMED_CRITERION, re.compile(r"(^|_)(criterion|loss_fn|loss_func|lossfn|loss_function|criteria)(_|\d|$)")),
+    (Kind.NAMED_SCALER, re.compile(r"(^|_)(grad_)?scaler(_|$)")),
+    (Kind.NAMED_LOSS, re.compile(r"(^|_)loss(es)?(_|\d|$)")),
 ]
 _STEP_NAME = re.compile(
     r"^_*(train|training|optimi[sz]e|learn|fit|run|process|update|forward_backward|fwd_bwd)?_?"

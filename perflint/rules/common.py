@@ -10,15 +10,16 @@ import libcst as cst
 from perflint.edits import parse_expr
 from perflint.analysis import Binding, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.names import dotted
+from perflint.analysis.vocab import Kind
 
 
 def words(facts: Facts):
-    return facts.words
+    return facts.filewide.words
 
 
 def torch_module_name(facts: Facts, top_level: bool = False) -> str | None:
     """The local name the `torch` module is bound to (`torch`, or an alias such as `th`)."""
-    names = facts.imports.local_names_for("torch")
+    names = facts.tree.imports.local_names_for("torch")
     if top_level:
         bound = set()
         for stmt in facts.module.body:
@@ -44,10 +45,10 @@ def is_setting_line(facts: Facts, stmt: cst.CSTNode) -> bool:
         return False
     small = stmt.body[0]
     if isinstance(small, cst.Assign) and len(small.targets) == 1:
-        q = facts.qualname(small.targets[0].target) or ""
+        q = facts.tree.qualname(small.targets[0].target) or ""
         return q.startswith("torch.backends.")
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-        return (facts.qualname(small.value.func) or "") == "torch.set_float32_matmul_precision"
+        return (facts.tree.qualname(small.value.func) or "") == "torch.set_float32_matmul_precision"
     return False
 
 
@@ -75,8 +76,8 @@ def optimizes_inputs_only(facts: Facts) -> bool:
     """Every optimizer the file builds updates free tensors (`Adam([latent] + noises)`: GAN
     inversion, adversarial inputs, style transfer), none a module's `.parameters()`: the
     loop with `backward()`/`step()` trains no model."""
-    ctors = [c for c in facts.calls() if (facts.qualname(c.func) or "").startswith("torch.optim.")
-             and (facts.qualname(c.func) or "").count(".") == 2 and call_name(c)[:1].isupper()]
+    ctors = [c for c in facts.tree.calls() if (facts.tree.qualname(c.func) or "").startswith("torch.optim.")
+             and (facts.tree.qualname(c.func) or "").count(".") == 2 and call_name(c)[:1].isupper()]
     if not ctors:
         return False
     for c in ctors:
@@ -85,7 +86,7 @@ def optimizes_inputs_only(facts: Facts) -> bool:
             return False
         value = params.value
         if isinstance(value, cst.Name):
-            bs = facts.lookup(value.value, value)
+            bs = facts.bindings.lookup(value.value, value)
             value = bs[0].node if len(bs) == 1 and bs[0].how == "expr" else value
         nodes = list(iter_nodes(value))
         if not isinstance(nodes[0], (cst.List, cst.BinaryOperation, cst.Tuple)):
@@ -100,12 +101,12 @@ def is_training_file(facts: Facts) -> bool:
     times `.backward()` in a loop), or a per-step training function of its own."""
     if optimizes_inputs_only(facts):
         return False  # GAN inversion and the like: the optimizer updates inputs, not a model
-    if any(updates_weights(facts, loop, wrapping=True) for loop in facts.training_loops()):
+    if any(updates_weights(facts, loop, wrapping=True) for loop in facts.loops.training_loops()):
         return True
     # A helper called once per step from another file's loop is per-step code, but its file
     # is not a training file: file-wide settings belong in the file that trains.
-    return any(facts.step_function_kind(fn) == "train" and fn not in facts.step_callers
-               for fn in facts.index[cst.FunctionDef])
+    return any(facts.loops.step_function_kind(fn) == "train" and fn not in facts.step_callers
+               for fn in facts.tree.index[cst.FunctionDef])
 
 
 def updates_weights(facts: Facts, step: cst.CSTNode, wrapping: bool = False) -> bool:
@@ -113,20 +114,20 @@ def updates_weights(facts: Facts, step: cst.CSTNode, wrapping: bool = False) -> 
     not a saliency map, an adversarial attack that only needs input gradients, or a timing
     helper.  With `wrapping`, a `DistributedOptimizer` counts too (its model may run in
     another process: enough for a file-wide setting, not for rewriting the step)."""
-    if any(facts.is_optimizer_step(c) for c in facts.calls_within(step)):
+    if any(facts.steps.is_optimizer_step(c) for c in facts.tree.calls_within(step)):
         return True
     if wrapping:
         # For a file-wide setting: the loop calls some `.step()` (a remote optimizer's,
         # `opt_rref.rpc_sync().step()`), the file steps an optimizer somewhere (a helper it
         # calls), or drives a DistributedOptimizer; an optimizer it only builds and returns
         # (a utility module's factory) does not make it a file that trains.
-        if any(call_name(c) == "step" for c in facts.calls_within(step)):
+        if any(call_name(c) == "step" for c in facts.tree.calls_within(step)):
             return True
-        return any(facts.is_optimizer_step(c) or facts.qualname(c.func) in _WRAPPING_OPTIMIZERS
-                   for c in facts.calls())
+        return any(facts.steps.is_optimizer_step(c) or facts.tree.qualname(c.func) in _WRAPPING_OPTIMIZERS
+                   for c in facts.tree.calls())
     return any(
-        (facts.qualname(c.func) or "").startswith("torch.optim.") and "optimizer" in facts.kinds(c)
-        for c in facts.calls()
+        (facts.tree.qualname(c.func) or "").startswith("torch.optim.") and Kind.OPTIMIZER in facts.kinds.of(c)
+        for c in facts.tree.calls()
     )
 
 
@@ -136,14 +137,14 @@ _WRAPPING_OPTIMIZERS = {"torch.distributed.optim.DistributedOptimizer", "torch.d
 
 def enclosing_block(facts: Facts, node: cst.CSTNode) -> tuple[cst.CSTNode, int] | None:
     """(the IndentedBlock or Module whose body holds `node`'s statement, its index)."""
-    return facts.block_of(node)
+    return facts.tree.block_of(node)
 
 
 def is_model_call(facts: Facts, call: cst.Call) -> bool:
     if isinstance(call.func, cst.Name) and call.func.value == "self":
         return False
-    ks = facts.kinds(call.func)
-    return bool(ks & {"model", "~model"}) and not (ks & {"criterion", "~criterion", "optimizer", "dataloader"})
+    ks = facts.kinds.of(call.func)
+    return bool(ks & {Kind.MODEL, Kind.NAMED_MODEL}) and not (ks & {Kind.CRITERION, Kind.NAMED_CRITERION, Kind.OPTIMIZER, Kind.DATALOADER})
 
 
 def _contains(facts: Facts, stmt: cst.CSTNode, pred) -> bool:
@@ -174,17 +175,17 @@ def _device_like(facts: Facts, expr: cst.BaseExpression) -> bool:
     """An expression that names a device: a device literal or `torch.device(...)`, a name
     bound only to those, or a name/attribute spelled like a device (`device`, `args.device`,
     `self.dev`)."""
-    if facts.kinds(expr) & {"tensor", "output", "batch", "loss", "model", "number", "int"}:
+    if facts.kinds.of(expr) & {Kind.TENSOR, Kind.OUTPUT, Kind.BATCH, Kind.LOSS, Kind.MODEL, Kind.NUMBER, Kind.INT}:
         return False
     if isinstance(expr, cst.Call):
-        return facts.qualname(expr.func) == "torch.device" and bool(expr.args) and not has_splat(expr)
+        return facts.tree.qualname(expr.func) == "torch.device" and bool(expr.args) and not has_splat(expr)
     if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
         return True
     if not isinstance(expr, (cst.Name, cst.Attribute)) or dotted(expr) is None:
         return False
-    if isinstance(expr, cst.Attribute) and facts.kinds(expr.value) & {"tensor", "output", "batch", "loss"}:
+    if isinstance(expr, cst.Attribute) and facts.kinds.of(expr.value) & {Kind.TENSOR, Kind.OUTPUT, Kind.BATCH, Kind.LOSS}:
         return False  # `x.device` of a tensor made in the step
-    if facts.is_device_expr(expr):
+    if facts.devices.is_device_expr(expr):
         return True
     last = (expr.value if isinstance(expr, cst.Name) else expr.attr.value).lower()
     return last == "dev" or "device" in last
@@ -194,7 +195,7 @@ def _device_args(facts: Facts, call: cst.Call) -> list[object]:
     """What a call says about the device: `.cuda()` → _CUDA; `.to(D)` / `device=D` → D."""
     out: list[object] = []
     name = call_name(call)
-    if name == "cuda" and isinstance(call.func, cst.Attribute) and facts.qualname(call.func) is None:
+    if name == "cuda" and isinstance(call.func, cst.Attribute) and facts.tree.qualname(call.func) is None:
         out.append(_CUDA)
     elif name == "to" and isinstance(call.func, cst.Attribute) and not has_splat(call):
         dev = get_arg(call, "device", 0)
@@ -221,17 +222,17 @@ def _names_reach(facts: Facts, expr: cst.BaseExpression, at: cst.CSTNode, used_a
     """Every name `expr` reads is bound where `at` runs: in `at`'s scope before it, or in an
     enclosing scope (a parameter, or a module name bound before `at`, or one that `used_at`,
     a read in `at`'s own scope, already relies on)."""
-    scope = facts.scope_of(at)
+    scope = facts.tree.scope_of(at)
     for n in _read_names(expr):
-        if n.value in facts.imports.aliases:
+        if n.value in facts.tree.imports.aliases:
             continue  # an imported module (`torch`)
-        bs = facts.lookup(n.value, at)
+        bs = facts.bindings.lookup(n.value, at)
         if not bs:
             return False
-        if any(b.how == "param" or facts._reaches(b, at) for b in bs):  # type: ignore[attr-defined]
+        if any(b.how == "param" or facts.bindings._reaches(b, at) for b in bs):  # type: ignore[attr-defined]
             continue
-        outer = all(b.site is not None and facts.scope_of(b.site) is not scope for b in bs)
-        if outer and facts.scope_of(used_at) is scope and facts.lookup(n.value, used_at) == bs:
+        outer = all(b.site is not None and facts.tree.scope_of(b.site) is not scope for b in bs)
+        if outer and facts.tree.scope_of(used_at) is scope and facts.bindings.lookup(n.value, used_at) == bs:
             continue  # a global the step itself reads when it runs
         return False
     return True
@@ -244,12 +245,12 @@ def _device_type_test(facts: Facts, expr: cst.BaseExpression, tn: str) -> str:
         return f'{text}.type == "cuda"'
     bindings: list[Binding] = []
     if isinstance(expr, cst.Name):
-        bindings = facts.lookup(expr.value, expr)
+        bindings = facts.bindings.lookup(expr.value, expr)
     elif isinstance(expr, cst.Attribute):
-        bindings = facts.self_attr_bindings(expr)
+        bindings = facts.bindings.self_attr_bindings(expr)
     values = [b.node for b in bindings if b.how == "expr"]
     if bindings and len(values) == len(bindings):
-        if all(isinstance(v, cst.Call) and facts.qualname(v.func) == "torch.device" for v in values):
+        if all(isinstance(v, cst.Call) and facts.tree.qualname(v.func) == "torch.device" for v in values):
             return f'{text}.type == "cuda"'
         strings: list[object] = []
         for v in values:
@@ -276,27 +277,27 @@ def script_device(facts: Facts, at: cst.CSTNode, region: cst.CSTNode | None = No
         return None, None
     found: list[tuple[object, cst.Call]] = []
     if region is not None:
-        for call in facts.calls_within(region):
-            if models_only and not facts.has_kind(call, "model"):
+        for call in facts.tree.calls_within(region):
+            if models_only and not facts.kinds.has_kind(call, Kind.MODEL):
                 continue
             found.extend((d, call) for d in _device_args(facts, call))
     if not found:
-        scope = facts.scope_of(at)
+        scope = facts.tree.scope_of(at)
         moves = []
-        for call in facts.calls():
-            if call_name(call) in ("to", "cuda") and (facts.has_kind(call, "model") or facts.has_kind(
-                    call.func.value if isinstance(call.func, cst.Attribute) else None, "model")):
+        for call in facts.tree.calls():
+            if call_name(call) in ("to", "cuda") and (facts.kinds.has_kind(call, Kind.MODEL) or facts.kinds.has_kind(
+                    call.func.value if isinstance(call.func, cst.Attribute) else None, Kind.MODEL)):
                 moves.extend((d, call) for d in _device_args(facts, call))
-        moves.sort(key=lambda m: (facts.scope_of(m[1]) is not scope, facts.order[m[1]]))
+        moves.sort(key=lambda m: (facts.tree.scope_of(m[1]) is not scope, facts.tree.order[m[1]]))
         found = moves
     for dev, call in found:
         if dev is _CUDA:
             return None, call
         assert isinstance(dev, cst.BaseExpression)
-        ks = facts.device_kinds(dev)
-        if ks == {"device_cuda"}:
+        ks = facts.devices.device_kinds(dev)
+        if ks == {Kind.DEVICE_CUDA}:
             return None, call
-        if ks == {"device_cpu"} or (ks and ks <= {"device_cpu", "device_other"}):
+        if ks == {Kind.DEVICE_CPU} or (ks and ks <= {Kind.DEVICE_CPU, Kind.DEVICE_OTHER}):
             continue  # a CPU copy (logging, checkpoints), not the training device
         if not _names_reach(facts, dev, at, call):
             continue
@@ -305,7 +306,7 @@ def script_device(facts: Facts, at: cst.CSTNode, region: cst.CSTNode | None = No
 
 
 def _is_step_boundary(facts: Facts, call: cst.Call) -> bool:
-    return facts.is_backward_call(call) or facts.is_optimizer_step(call)
+    return facts.steps.is_backward_call(call) or facts.steps.is_optimizer_step(call)
 
 
 def _backward_tensor_name(call: cst.Call) -> str | None:
@@ -333,9 +334,9 @@ def forward_range(facts: Facts, backward: cst.Call, include_backward: bool = Fal
         name = _backward_tensor_name(backward)
         end = None
         if name is not None:
-            bs = facts.lookup(name, backward)
+            bs = facts.bindings.lookup(name, backward)
             if len(bs) == 1 and bs[0].how in ("expr", "unpack") and bs[0].site is not None:
-                stmt = facts.parent(bs[0].site)
+                stmt = facts.tree.parent(bs[0].site)
                 for i in range(bi):
                     if body[i] is stmt:
                         end = i
@@ -357,8 +358,8 @@ def forward_range(facts: Facts, backward: cst.Call, include_backward: bool = Fal
     start = None
     for i in range(lo, bi + 1):
         for n in iter_nodes(body[i]):
-            if isinstance(n, cst.Call) and is_model_call(facts, n) and facts.scope_of(n) is facts.scope_of(backward):
-                if first_call is None or facts.order[n] < facts.order[first_call]:
+            if isinstance(n, cst.Call) and is_model_call(facts, n) and facts.tree.scope_of(n) is facts.tree.scope_of(backward):
+                if first_call is None or facts.tree.order[n] < facts.tree.order[first_call]:
                     first_call = n
         if first_call is not None:
             start = i
@@ -381,8 +382,8 @@ def throttled_in_loop(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> bo
     iteration (`if step % N == 0:`); False when it runs on every iteration of a loop."""
     cur = node
     seen_loop = False
-    own = facts.parent(node) if isinstance(node, cst.CompFor) else None
-    for anc in facts.ancestors(node):
+    own = facts.tree.parent(node) if isinstance(node, cst.CompFor) else None
+    for anc in facts.tree.ancestors(node):
         if anc is scope:
             break
         if isinstance(anc, cst.CompFor) or (isinstance(anc, COMPREHENSIONS) and anc is not own):
@@ -390,7 +391,7 @@ def throttled_in_loop(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> bo
                 return False  # inside another comprehension's loop
         if isinstance(anc, (cst.For, cst.While)) and cur is anc.body:
             seen_loop = True
-            if facts.runs_each_time(node, anc, nested_functions=False):
+            if facts.loops.runs_each_time(node, anc, nested_functions=False):
                 return False
         if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
             return False  # a nested function: may run any number of times
@@ -399,20 +400,20 @@ def throttled_in_loop(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> bo
 
 
 def file_trains(facts: Facts) -> bool:
-    return facts.trains
+    return facts.hotpath.trains
 
 
 def trains_in(facts: Facts, node: cst.CSTNode) -> bool:
     """Whether the code under `node` runs a training step: backward, an optimizer step, or a
     call of a function of this file that is a training step."""
-    for c in facts.calls_within(node):
-        if facts.is_backward_call(c) or facts.is_optimizer_step(c) or facts.is_scaler_call_step(c):
+    for c in facts.tree.calls_within(node):
+        if facts.steps.is_backward_call(c) or facts.steps.is_optimizer_step(c) or facts.steps.is_scaler_call_step(c):
             return True
         f = c.func
         name = f.value if isinstance(f, cst.Name) else (
             f.attr.value if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self"
             else None)
-        if name and any(facts.step_function_kind(fn) == "train" for fn in facts.functions_by_name.get(name, ())):
+        if name and any(facts.loops.step_function_kind(fn) == "train" for fn in facts.tree.functions_by_name.get(name, ())):
             return True
     return False
 
@@ -423,22 +424,22 @@ def runs_once(facts: Facts, scope: cst.CSTNode, depth: int = 0) -> bool:
     outside any loop, in code that itself runs once (or such a method: `_method_runs_once`)."""
     if not isinstance(scope, cst.FunctionDef):
         return True
-    if depth > 3 or facts.step_function_kind(scope) is not None:
+    if depth > 3 or facts.loops.step_function_kind(scope) is not None:
         return False
-    if facts.enclosing_class(scope) is not None:
+    if facts.tree.enclosing_class(scope) is not None:
         return _method_runs_once(facts, scope, depth)
     name = scope.name.value
-    if facts.project is not None and facts.parent(scope) is facts.module and not file_trains(facts) \
+    if facts.project is not None and facts.tree.parent(scope) is facts.module and not file_trains(facts) \
             and facts.project.called_from_training(name):
         return False  # a training script elsewhere calls it (an evaluation every epoch)
-    if facts.project is not None and facts.parent(scope) is facts.module and not file_trains(facts) \
+    if facts.project is not None and facts.tree.parent(scope) is facts.module and not file_trains(facts) \
             and facts.project.called_only_outside_training(name):
         return True  # every caller in the project is code that does not train (an evaluation script)
-    calls = facts.calls_named(name)
+    calls = facts.tree.calls_named(name)
     if not calls:
         return name in ("main", "run", "_main")
     for c in calls:
-        host = facts.enclosing_function(c) or facts.module
+        host = facts.tree.enclosing_function(c) or facts.module
         if throttled_in_loop(facts, c, host) is not None or not runs_once(facts, host, depth + 1):
             return False
     return True
@@ -449,28 +450,28 @@ def _method_runs_once(facts: Facts, method: cst.FunctionDef, depth: int) -> bool
     file imports (so every call of it is in this file), every call `obj.<method>(...)` of
     which sits outside any loop, in code that runs once (`evaluator.eval()` at the end of
     an evaluation script)."""
-    cls = facts.enclosing_class(method)
-    if cls is None or facts.parent(method) is not cls.body or facts.parent(cls) is not facts.module \
+    cls = facts.tree.enclosing_class(method)
+    if cls is None or facts.tree.parent(method) is not cls.body or facts.tree.parent(cls) is not facts.module \
             or file_trains(facts) or facts.project is None or facts.project.settings_near().get("imported"):
         return False
     name = method.name.value
     calls = []
-    for c in facts.calls():
+    for c in facts.tree.calls():
         if not (isinstance(c.func, cst.Attribute) and c.func.attr.value == name):
             continue
         recv = c.func.value
         if isinstance(recv, cst.Name) and recv.value == "self":
-            if facts.enclosing_class(c) is not cls:
+            if facts.tree.enclosing_class(c) is not cls:
                 return False
-        elif facts.instance_class(recv) != f"#{cls.name.value}":
-            if facts.kinds(recv) or facts.instance_class(recv) is not None:
+        elif facts.cross.instance_class(recv) != f"#{cls.name.value}":
+            if facts.kinds.of(recv) or facts.cross.instance_class(recv) is not None:
                 continue  # another object's method of that name (`model.eval()`)
             return False  # an object of unknown class: it may be this one
         calls.append(c)
     if not calls:
         return False
     for c in calls:
-        host = facts.enclosing_function(c) or facts.module
+        host = facts.tree.enclosing_function(c) or facts.module
         if throttled_in_loop(facts, c, host) is not None or not runs_once(facts, host, depth + 1):
             return False
     return True

@@ -378,7 +378,9 @@ class Checker:
         if result.fixed_bytes is None:
             return None
         cells = json.loads(result.fixed_bytes.decode("utf-8"))["cells"]
-        return [_cell_source(c) for c in cells]
+        from perflint.source import cell_source
+
+        return [cell_source(c) for c in cells]
 
 
 # ----------------------------------------------------------------------------------------
@@ -415,11 +417,6 @@ def notebook_bytes(cells: list[tuple[str, str]]) -> bytes:
         "nbformat_minor": 5,
     }
     return json.dumps(data, indent=1).encode("utf-8")
-
-
-def _cell_source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else str(src)
 
 
 def syntax_problem(message: str) -> SyntaxProblem:
@@ -484,7 +481,7 @@ def _split_lines(text: str) -> list[str]:
     return _NEWLINE.split(text)
 
 
-def rule_markdown(code: str) -> str | None:
+def hover_markdown(code: str) -> str | None:
     """A rule's documentation for a hover."""
     from perflint.rules import all_rules, docs_url
 

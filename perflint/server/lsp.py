@@ -34,8 +34,8 @@ from perflint.server.checker import (
     Checker,
     Doc,
     Report,
+    hover_markdown,
     parse_client_settings,
-    rule_markdown,
 )
 
 log = logging.getLogger("perflint.server")
@@ -350,7 +350,7 @@ class PerflintServer(LanguageServer):
                 steps = "\n".join(f"- {step}" for step in d.why)
                 parts.append(f"**{d.code}: why this runs on every step**\n\n{steps}")
         for code in dict.fromkeys(d.code for d in hits):
-            md = rule_markdown(code)
+            md = hover_markdown(code)
             if md:
                 parts.append(md)
         if not parts:

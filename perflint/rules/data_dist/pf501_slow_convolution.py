@@ -34,7 +34,7 @@ def _short_literal(facts: Facts, expr: cst.BaseExpression, depth: int = 0) -> bo
             return isinstance(n, int) and len(expr.left.elements) * n <= _SHORT_KERNEL
         return _short_literal(facts, expr.left, depth + 1) or _short_literal(facts, expr.right, depth + 1)
     if isinstance(expr, cst.Call) and expr.args:
-        q = facts.qualname(expr.func) or ""
+        q = facts.tree.qualname(expr.func) or ""
         first = expr.args[0].value
         if q in ("numpy.array", "numpy.asarray"):
             return _short_literal(facts, first, depth + 1)
@@ -47,7 +47,7 @@ def _short_literal(facts: Facts, expr: cst.BaseExpression, depth: int = 0) -> bo
                 return isinstance(m, int) and m <= _SHORT_KERNEL
         return False
     if isinstance(expr, cst.Name):
-        bs = facts.lookup(expr.value, expr)
+        bs = facts.bindings.lookup(expr.value, expr)
         return bool(bs) and all(b.how == "expr" and _short_literal(facts, b.node, depth + 1) for b in bs)  # type: ignore[arg-type]
     return False
 
@@ -66,16 +66,16 @@ _PIPELINE_WORDS = re.compile(
 def _in_data_pipeline(facts: Facts, call: cst.Call) -> bool:
     """A training-data file (imports torch, an audio or data library) or an audio/augmentation
     context (names of the enclosing function, class or arguments)."""
-    roots = {v.split(".", 1)[0] for v in facts.imports.aliases.values()}
+    roots = {v.split(".", 1)[0] for v in facts.tree.imports.aliases.values()}
     if roots & (_PIPELINE_ROOTS - {"torch"}):
         return True
-    if "torch" in roots and not (facts.module_classes and not facts.dataset_classes):
+    if "torch" in roots and not (facts.kinds.module_classes and not facts.kinds.dataset_classes):
         return True  # (a file of model layers and no dataset: numpy there builds a layer's constants)
     names = [code(a.value) for a in call.args[:2]]
-    fn = facts.enclosing_function(call)
+    fn = facts.tree.enclosing_function(call)
     if fn is not None:
         names.append(fn.name.value)
-    cls = facts.enclosing_class(call)
+    cls = facts.tree.enclosing_class(call)
     if cls is not None:
         names.append(cls.name.value)
     return any(_PIPELINE_WORDS.search(part) for n in names for part in re.split(r"\W+", n.lower()) if part)
@@ -83,7 +83,7 @@ def _in_data_pipeline(facts: Facts, call: cst.Call) -> bool:
 
 def _fftconvolve_name(facts: Facts) -> tuple[str, bool]:
     """How to spell `scipy.signal.fftconvolve` here, and whether `import scipy.signal` is needed."""
-    aliases = facts.imports.aliases
+    aliases = facts.tree.imports.aliases
     for local, full in sorted(aliases.items()):
         if full == "scipy.signal.fftconvolve":
             return local, False
@@ -167,8 +167,8 @@ class SlowConvolution(Rule):
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         found: list[tuple[cst.Call, str, bool]] = []
-        for call in facts.calls():
-            q = facts.qualname(call.func)
+        for call in facts.tree.calls():
+            q = facts.tree.qualname(call.func)
             if q == "numpy.convolve":
                 kind = "np"
             elif q == "scipy.signal.convolve":
@@ -180,8 +180,8 @@ class SlowConvolution(Rule):
                 continue
             if has_splat(call) or not _in_data_pipeline(facts, call):
                 continue
-            fn = facts.enclosing_function(call)
-            if fn is not None and fn.name.value == "__init__" and facts.enclosing_class(fn) is not None:
+            fn = facts.tree.enclosing_function(call)
+            if fn is not None and fn.name.value == "__init__" and facts.tree.enclosing_class(fn) is not None:
                 continue  # built once with the object (a filter bank in a module's constructor)
             a, v = get_arg(call, "a" if kind == "np" else "in1", 0), get_arg(call, "v" if kind == "np" else "in2", 1)
             if a is None or v is None or _short_literal(facts, a.value) or _short_literal(facts, v.value):

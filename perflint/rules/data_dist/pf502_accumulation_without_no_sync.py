@@ -27,18 +27,18 @@ _PURE_CALLS = {"len", "int", "min", "max", "abs"}
 def _ddp_binding(facts: Facts, expr: cst.BaseExpression) -> cst.Call | None:
     """The `DistributedDataParallel(...)` call `expr` is unconditionally bound to."""
     if isinstance(expr, cst.Name):
-        bs = facts.lookup(expr.value, expr)
+        bs = facts.bindings.lookup(expr.value, expr)
     elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
-        bs = facts.self_attr_bindings(expr)
+        bs = facts.bindings.self_attr_bindings(expr)
     else:
         return None
     if len(bs) != 1 or bs[0].how != "expr" or not isinstance(bs[0].node, cst.Call):
         return None
     node = bs[0].node
-    if facts.qualname(node.func) != DDP or bs[0].site is None:
+    if facts.tree.qualname(node.func) != DDP or bs[0].site is None:
         return None
-    scope = facts.scope_of(bs[0].site)
-    for a in facts.ancestors(bs[0].site):
+    scope = facts.tree.scope_of(bs[0].site)
+    for a in facts.tree.ancestors(bs[0].site):
         if a is scope:
             break
         if isinstance(a, (cst.If, cst.Try, cst.For, cst.While, cst.With, cst.Match)):
@@ -160,13 +160,13 @@ class AccumulationWithoutNoSync(Rule):
     tokens = (b"DistributedDataParallel",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        if not facts.calls_to(DDP) or words(facts).name_contains("no_sync", "set_requires_gradient_sync"):
+        if not facts.tree.calls_to(DDP) or words(facts).name_contains("no_sync", "set_requires_gradient_sync"):
             return
         found = []
-        for call in facts.calls():
-            if call_name(call) != "backward" or not facts.is_backward_call(call):
+        for call in facts.tree.calls():
+            if call_name(call) != "backward" or not facts.steps.is_backward_call(call):
                 continue
-            ctx = facts.iteration_context(call)
+            ctx = facts.loops.iteration_context(call)
             if ctx is None or ctx.kind != "train" or not isinstance(ctx.node, (cst.For, cst.While)):
                 continue
             guard = self._accumulation_guard(facts, ctx.node)
@@ -194,16 +194,16 @@ class AccumulationWithoutNoSync(Rule):
     @staticmethod
     def _loop_uses_ddp(facts: Facts, loop: cst.CSTNode) -> bool:
         """A model called in the loop is the DDP model, or may be (a parameter, unresolved)."""
-        for c in facts.calls_within(loop):
+        for c in facts.tree.calls_within(loop):
             if not is_model_call(facts, c):
                 continue
             if _ddp_binding(facts, c.func) is not None:
                 return True
             if isinstance(c.func, cst.Name):
-                bs = facts.lookup(c.func.value, c.func)
+                bs = facts.bindings.lookup(c.func.value, c.func)
                 if not bs or all(b.how == "param" for b in bs):
                     return True
-                if any(b.how == "expr" and isinstance(b.node, cst.Call) and facts.qualname(b.node.func) == DDP for b in bs):
+                if any(b.how == "expr" and isinstance(b.node, cst.Call) and facts.tree.qualname(b.node.func) == DDP for b in bs):
                     return True
         return False
 
@@ -211,14 +211,14 @@ class AccumulationWithoutNoSync(Rule):
     def _accumulation_guard(facts: Facts, loop: cst.CSTNode) -> cst.If | None:
         """The `if step % k …:` that holds the loop's optimizer step (and no unguarded step)."""
         guard = None
-        for c in facts.calls_within(loop):
-            if not facts.is_optimizer_step(c):
+        for c in facts.tree.calls_within(loop):
+            if not facts.steps.is_optimizer_step(c):
                 continue
-            ctx = facts.iteration_context(c)
+            ctx = facts.loops.iteration_context(c)
             if ctx is not None and ctx.node is loop:
                 return None  # a step every iteration: no accumulation
             outer_if = None
-            for a in facts.ancestors(c):
+            for a in facts.tree.ancestors(c):
                 if a is loop or isinstance(a, (cst.FunctionDef, cst.Lambda, cst.For, cst.While)):
                     break
                 if isinstance(a, cst.If):
@@ -235,10 +235,10 @@ class AccumulationWithoutNoSync(Rule):
 
     @staticmethod
     def _nullcontext(facts: Facts) -> tuple[str, bool]:
-        for local, full in sorted(facts.imports.aliases.items()):
+        for local, full in sorted(facts.tree.imports.aliases.items()):
             if full == "contextlib.nullcontext":
                 return f"{local}()", False
-        for local, full in sorted(facts.imports.aliases.items()):
+        for local, full in sorted(facts.tree.imports.aliases.items()):
             if full == "contextlib":
                 return f"{local}.nullcontext()", False
         return "contextlib.nullcontext()", True
@@ -265,8 +265,8 @@ class AccumulationWithoutNoSync(Rule):
             if "*" in changed or changed & reads:
                 return None
         # Every backward of the loop must be inside the wrapped range.
-        for c in facts.calls_within(block):
-            if facts.is_backward_call(c) and not any(facts.is_inside(c, st) for st in body[start:end + 1]):
+        for c in facts.tree.calls_within(block):
+            if facts.steps.is_backward_call(c) and not any(facts.tree.is_inside(c, st) for st in body[start:end + 1]):
                 return None
         test_code = code(test.with_changes(lpar=[], rpar=[])) if not isinstance(test, (cst.BooleanOperation, cst.IfExp)) else f"({code(test)})"
         item = f"{ctx_name} if {test_code} else {code(model)}.no_sync()"

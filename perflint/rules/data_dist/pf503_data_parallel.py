@@ -75,10 +75,10 @@ class DataParallel(Rule):
         trains = is_training_file(facts) or file_trains(facts)
         if _has_distributed_path(facts):
             return  # DataParallel is the single-process fallback next to a DDP path the file has
-        for call in facts.calls_to("torch.nn.DataParallel"):
+        for call in facts.tree.calls_to("torch.nn.DataParallel"):
             if _cpu_only_branch(facts, call) or _dead_branch(facts, call):
                 continue  # `else:` of `if torch.cuda.is_available():`, `parallel = False; if parallel:`
-            fn = facts.enclosing_function(call)
+            fn = facts.tree.enclosing_function(call)
             if not trains:
                 if fn is None or runs_once(facts, fn) or _used_outside_training(facts, fn):
                     continue  # a prediction, indexing or validation tool: no training step
@@ -103,15 +103,15 @@ def _wraps_an_evaluated_model(facts: Facts, call: cst.Call, fn: cst.FunctionDef)
     in another branch): a predictor that loads weights to run them."""
     if not call.args:
         return False
-    wrapped = facts.receiver_text(call.args[0].value)
-    start = facts.order.get(call, 0)
-    for c in facts.calls_within(fn):
+    wrapped = facts.tree.receiver_text(call.args[0].value)
+    start = facts.tree.order.get(call, 0)
+    for c in facts.tree.calls_within(fn):
         if not (call_name(c) == "eval" and not c.args and isinstance(c.func, cst.Attribute)
-                and facts.receiver_text(c.func.value) == wrapped and facts.order.get(c, 0) < start
-                and facts.enclosing_function(c) is fn):
+                and facts.tree.receiver_text(c.func.value) == wrapped and facts.tree.order.get(c, 0) < start
+                and facts.tree.enclosing_function(c) is fn):
             continue
-        where = facts.block_of(c)
-        if where is not None and facts.is_inside(call, where[0]):
+        where = facts.tree.block_of(c)
+        if where is not None and facts.tree.is_inside(call, where[0]):
             return True
     return _evaluated_after(facts, call, fn)
 
@@ -120,19 +120,19 @@ def _evaluated_after(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:
     """`net = nn.DataParallel(net).to(device)` (or `obj.model = …`), then `net.eval()` in a
     statement of the function's own body after it, in a function that puts nothing in
     training mode (`.train()`): the loader of a predictor."""
-    stmt = facts.statement_of(call)
+    stmt = facts.tree.statement_of(call)
     assign = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
     if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
         return False
-    target = facts.receiver_text(assign.targets[0].target)
-    start = facts.order.get(call, 0)
+    target = facts.tree.receiver_text(assign.targets[0].target)
+    start = facts.tree.order.get(call, 0)
     evaluated = False
-    for c in facts.calls_within(fn):
+    for c in facts.tree.calls_within(fn):
         if call_name(c) == "train" and isinstance(c.func, cst.Attribute):
             return False
         if call_name(c) == "eval" and not c.args and isinstance(c.func, cst.Attribute) \
-                and facts.receiver_text(c.func.value) == target and facts.order.get(c, 0) > start:
-            where = facts.block_of(c)
+                and facts.tree.receiver_text(c.func.value) == target and facts.tree.order.get(c, 0) > start:
+            where = facts.tree.block_of(c)
             evaluated = evaluated or (where is not None and where[0] is fn.body)
     return evaluated
 
@@ -141,22 +141,22 @@ def _used_only_now_and_then(facts: Facts, call: cst.Call, scope: cst.CSTNode) ->
     """`name = nn.DataParallel(...)` whose every later use in the same scope sits in a loop
     under a throttle (`if step % args.sample_step == 0: x = sampler(z)`): the wrapper
     replicates the model on those steps only (a sampler, an evaluator)."""
-    stmt = facts.statement_of(call)
+    stmt = facts.tree.statement_of(call)
     assign = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
     if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
             and assign.value is call):
         return False
     target = assign.targets[0].target
-    uses = [u for u in facts.later_uses(target.value, scope, facts.order.get(target, 0))
-            if not isinstance(facts.parent(u), cst.AssignTarget) and not facts.is_inside(u, call)]
+    uses = [u for u in facts.tree.later_uses(target.value, scope, facts.tree.order.get(target, 0))
+            if not isinstance(facts.tree.parent(u), cst.AssignTarget) and not facts.tree.is_inside(u, call)]
     return bool(uses) and all(throttled_in_loop(facts, u, scope) is True for u in uses)
 
 
 def _has_distributed_path(facts: Facts) -> bool:
     """The file can also wrap the model for multi-process training: torch's, apex's or
     another package's `DistributedDataParallel`, FSDP, or DeepSpeed's `initialize`."""
-    for call in facts.calls():
-        q = facts.qualname(call.func) or ""
+    for call in facts.tree.calls():
+        q = facts.tree.qualname(call.func) or ""
         last = q.rsplit(".", 1)[-1]
         if last in ("DistributedDataParallel", "FullyShardedDataParallel") or q == "deepspeed.initialize":
             return True
@@ -168,23 +168,23 @@ def _used_outside_training(facts: Facts, fn: cst.FunctionDef) -> bool:
     file's own code (its tool runs it).  A factory called from nowhere in the file may be
     what a training script builds its model with (score_sde's create_model), and stays."""
     top = fn
-    for anc in facts.ancestors(fn):
+    for anc in facts.tree.ancestors(fn):
         if isinstance(anc, (cst.FunctionDef, cst.ClassDef)):
             top = anc
-    if not isinstance(top, cst.FunctionDef) or facts.parent(top) is not facts.module:
+    if not isinstance(top, cst.FunctionDef) or facts.tree.parent(top) is not facts.module:
         return False
     name = top.name.value
-    return any(isinstance(c.func, cst.Name) and c.func.value == name and not facts.is_inside(c, top)
-               for c in facts.calls())
+    return any(isinstance(c.func, cst.Name) and c.func.value == name and not facts.tree.is_inside(c, top)
+               for c in facts.tree.calls())
 
 
 def _dead_branch(facts: Facts, node: cst.CSTNode) -> bool:
     """`node` sits under `if flag:` where `flag` is a local or module name bound only to False
     (`parallel = False` … `if parallel:`): the branch never runs."""
     cur = node
-    for anc in facts.ancestors(node):
+    for anc in facts.tree.ancestors(node):
         if isinstance(anc, cst.If) and cur is anc.body and isinstance(anc.test, cst.Name):
-            bs = facts.lookup(anc.test.value, anc.test)
+            bs = facts.bindings.lookup(anc.test.value, anc.test)
             if bs and all(b.how == "expr" and literal_value(b.node) is False for b in bs):
                 return True
         cur = anc
@@ -199,14 +199,14 @@ def _cpu_only_branch(facts: Facts, node: cst.CSTNode) -> bool:
     """`node` runs only without CUDA: in the `else:` of `if torch.cuda.is_available():` (or of
     a test on a name such as `use_cuda`), or under `if not torch.cuda.is_available():`."""
     cur = node
-    for anc in facts.ancestors(node):
+    for anc in facts.tree.ancestors(node):
         if isinstance(anc, cst.If):
             test = anc.test
             negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
             inner = test.expression if negated else test
             cuda_test = any(
                 (isinstance(n, cst.Call) and call_name(n) == "is_available"
-                 and "cuda" in (facts.qualname(n.func) or dotted(n.func) or ""))
+                 and "cuda" in (facts.tree.qualname(n.func) or dotted(n.func) or ""))
                 or (isinstance(n, cst.Name) and re.search(r"cuda|gpu", n.value, re.I))
                 for n in iter_nodes(inner)
             ) and not isinstance(inner, (cst.BooleanOperation, cst.Comparison))

@@ -33,14 +33,14 @@ def _device_arg(facts: Facts, arg: cst.Arg) -> bool:
     """An argument of `.to(...)` that moves without changing the dtype."""
     if arg.keyword is not None:
         return arg.keyword.value in ("device", "non_blocking")
-    q = facts.qualname(arg.value.func if isinstance(arg.value, cst.Call) else arg.value) or ""
+    q = facts.tree.qualname(arg.value.func if isinstance(arg.value, cst.Call) else arg.value) or ""
     return not q.startswith("torch.") or q == "torch.device"
 
 
 def _is_f32(facts: Facts, expr: cst.BaseExpression) -> bool:
     if literal_value(expr) in _F32_STRINGS:
         return True
-    return facts.qualname(expr) in _F32_NAMES
+    return facts.tree.qualname(expr) in _F32_NAMES
 
 
 class _Flow:
@@ -58,14 +58,14 @@ def _follow(facts: Facts, node: cst.CSTNode, exact: bool, flow: _Flow, depth: in
     if depth > 8:
         flow.other_use = True
         return
-    parent = facts.parent(node)
+    parent = facts.tree.parent(node)
     if isinstance(parent, cst.Subscript) and parent.value is node:
         return _follow(facts, parent, exact, flow, depth + 1)
     if isinstance(parent, cst.Attribute) and parent.value is node:
         attr = parent.attr.value
         if attr == "T":
             return _follow(facts, parent, exact, flow, depth + 1)
-        call = facts.parent(parent)
+        call = facts.tree.parent(parent)
         if not isinstance(call, cst.Call) or call.func is not parent:
             flow.other_use = True
             return
@@ -78,7 +78,7 @@ def _follow(facts: Facts, node: cst.CSTNode, exact: bool, flow: _Flow, depth: in
             flow.conversions[call] = exact
             return
         elif attr in ("to", "type"):
-            if any(_is_f32(facts, a.value) or facts.qualname(a.value) == "torch.FloatTensor" for a in call.args):
+            if any(_is_f32(facts, a.value) or facts.tree.qualname(a.value) == "torch.FloatTensor" for a in call.args):
                 flow.conversions[call] = exact
                 return
             if attr == "to" and not has_splat(call) and all(_device_arg(facts, a) for a in call.args):
@@ -90,9 +90,9 @@ def _follow(facts: Facts, node: cst.CSTNode, exact: bool, flow: _Flow, depth: in
         flow.other_use = True
         return
     if isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star:
-        call = facts.parent(parent)
+        call = facts.tree.parent(parent)
         if isinstance(call, cst.Call) and call.args and call.args[0] is parent:
-            q = facts.qualname(call.func) or ""
+            q = facts.tree.qualname(call.func) or ""
             if q in ("torch.tensor", "torch.as_tensor", "numpy.asarray", "numpy.array", "numpy.ascontiguousarray"):
                 dt = get_arg(call, "dtype", 1)
                 if dt is not None and _is_f32(facts, dt.value):
@@ -109,8 +109,8 @@ def _follow(facts: Facts, node: cst.CSTNode, exact: bool, flow: _Flow, depth: in
                 return _follow(facts, call, False, flow, depth + 1)
         flow.other_use = True
         return
-    if isinstance(parent, cst.Element) and isinstance(facts.parent(parent), (cst.List, cst.Tuple)):
-        return _follow(facts, facts.parent(parent), exact, flow, depth + 1)  # np.stack([x, …]), torch.tensor([x])
+    if isinstance(parent, cst.Element) and isinstance(facts.tree.parent(parent), (cst.List, cst.Tuple)):
+        return _follow(facts, facts.tree.parent(parent), exact, flow, depth + 1)  # np.stack([x, …]), torch.tensor([x])
     if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, _ARITHMETIC):
         return _follow(facts, parent, False, flow, depth + 1)
     if isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1 \
@@ -121,40 +121,40 @@ def _follow(facts: Facts, node: cst.CSTNode, exact: bool, flow: _Flow, depth: in
 
 def _follow_name(facts: Facts, target: cst.Name, site: cst.CSTNode, exact: bool, flow: _Flow, depth: int) -> None:
     """Every later use of the name bound at `site`."""
-    scope = facts.scope_of(target)
-    uses = [n for n in facts.later_uses(target.value, scope, facts.order.get(target, 0))
-            if facts.scope_of(n) is scope and _is_variable_read(facts, n)]
+    scope = facts.tree.scope_of(target)
+    uses = [n for n in facts.tree.later_uses(target.value, scope, facts.tree.order.get(target, 0))
+            if facts.tree.scope_of(n) is scope and _is_variable_read(facts, n)]
     reached = False
-    for aug in facts.nodes_within(scope, cst.AugAssign):
+    for aug in facts.tree.nodes_within(scope, cst.AugAssign):
         if isinstance(aug.target, cst.Name) and aug.target.value == target.value \
-                and any(b.site is site for b in facts.lookup(target.value, aug)):
+                and any(b.site is site for b in facts.bindings.lookup(target.value, aug)):
             flow.other_use = True  # `x *= gain`: in-place arithmetic, in float32 after the fix
     for use in uses:
-        if not any(b.site is site for b in facts.lookup(use.value, use)):
+        if not any(b.site is site for b in facts.bindings.lookup(use.value, use)):
             continue
         reached = True
-        parent = facts.parent(use)
+        parent = facts.tree.parent(use)
         if isinstance(parent, cst.Attribute) and parent.value is use and parent.attr.value in _SHAPE_ATTRS:
-            call = facts.parent(parent)
+            call = facts.tree.parent(parent)
             if not (isinstance(call, cst.Call) and call.func is parent):
                 continue  # x.shape, x.ndim, x.size: the same for either dtype
-        if isinstance(parent, cst.Arg) and isinstance(facts.parent(parent), cst.Call) and \
-                isinstance(facts.parent(parent).func, cst.Name) and facts.parent(parent).func.value == "len" \
-                and not facts.lookup("len", use):
+        if isinstance(parent, cst.Arg) and isinstance(facts.tree.parent(parent), cst.Call) and \
+                isinstance(facts.tree.parent(parent).func, cst.Name) and facts.tree.parent(parent).func.value == "len" \
+                and not facts.bindings.lookup("len", use):
             continue
         _follow(facts, use, exact, flow, depth)
     if not reached:
         flow.other_use = True
     # A name used in another function (a closure, a global) is not followed.
-    if any(n.value == target.value and facts.scope_of(n) is not scope
-           and target.value not in facts.bindings.get(facts.scope_of(n), {})
-           for n in facts.index[cst.Name] if n is not target and facts.is_inside(n, scope) and _is_variable_read(facts, n)):
+    if any(n.value == target.value and facts.tree.scope_of(n) is not scope
+           and target.value not in facts.bindings.scopes.get(facts.tree.scope_of(n), {})
+           for n in facts.tree.index[cst.Name] if n is not target and facts.tree.is_inside(n, scope) and _is_variable_read(facts, n)):
         flow.other_use = True
 
 
 def _is_variable_read(facts: Facts, name: cst.Name) -> bool:
     """A read of a variable: not an attribute's name, a keyword, a parameter or a store."""
-    parent = facts.parent(name)
+    parent = facts.tree.parent(name)
     if isinstance(parent, cst.Attribute) and parent.attr is name:
         return False
     if isinstance(parent, (cst.Arg, cst.Param)) and (getattr(parent, "keyword", None) is name or
@@ -167,9 +167,9 @@ def _is_variable_read(facts: Facts, name: cst.Name) -> bool:
 
 def _is_store(facts: Facts, name: cst.Name) -> bool:
     node: cst.CSTNode = name
-    parent = facts.parent(node)
+    parent = facts.tree.parent(node)
     while isinstance(parent, (cst.Element, cst.Tuple, cst.List, cst.StarredElement)):
-        node, parent = parent, facts.parent(parent)
+        node, parent = parent, facts.tree.parent(parent)
     if isinstance(parent, cst.AssignTarget):
         return parent.target is node
     if isinstance(parent, (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr, cst.CompFor)):
@@ -243,14 +243,14 @@ class AudioDecodedAsFloat64(Rule):
     tokens = (b"soundfile",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        reads = [(c, "soundfile.read") for c in facts.calls_to("soundfile.read")]
-        reads += [(c, "SoundFile.read") for c in facts.calls() if _soundfile_object_read(facts, c)]
-        for call, what in sorted(reads, key=lambda r: facts.order.get(r[0], 0)):
+        reads = [(c, "soundfile.read") for c in facts.tree.calls_to("soundfile.read")]
+        reads += [(c, "SoundFile.read") for c in facts.tree.calls() if _soundfile_object_read(facts, c)]
+        for call, what in sorted(reads, key=lambda r: facts.tree.order.get(r[0], 0)):
             dtype_pos, out_pos = (4, 7) if what == "soundfile.read" else (1, 4)
             if has_splat(call) or get_arg(call, "dtype", dtype_pos) is not None or get_arg(call, "out", out_pos) is not None:
                 continue
             flow = _Flow()
-            parent = facts.parent(call)
+            parent = facts.tree.parent(call)
             if what == "SoundFile.read":
                 # `f.read()` returns the array itself.
                 if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1 \
@@ -292,9 +292,9 @@ def _soundfile_object_read(facts: Facts, call: cst.Call) -> bool:
     """`f.read(...)` on `f` bound to `soundfile.SoundFile(...)` (`with ... as f` or `f = ...`)."""
     if call_name(call) != "read" or not isinstance(call.func, cst.Attribute) or not isinstance(call.func.value, cst.Name):
         return False
-    bs = facts.lookup(call.func.value.value, call.func.value)
+    bs = facts.bindings.lookup(call.func.value.value, call.func.value)
     return len(bs) == 1 and bs[0].how in ("expr", "with") and isinstance(bs[0].node, cst.Call) \
-        and facts.qualname(bs[0].node.func) == "soundfile.SoundFile"
+        and facts.tree.qualname(bs[0].node.func) == "soundfile.SoundFile"
 
 
 def _index(sub: cst.Subscript) -> cst.BaseExpression | None:

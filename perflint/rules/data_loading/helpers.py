@@ -16,7 +16,7 @@ from perflint.analysis import (
     iter_nodes,
     literal_value,
 )
-from perflint.analysis.vocab import SIZE_FACTORIES
+from perflint.analysis.vocab import _DTYPE_NAMES as DTYPES, Kind, SIZE_FACTORIES
 from perflint.rules.common import COMPREHENSIONS, param_for, runs_once, throttled_in_loop, trains_in
 
 
@@ -37,7 +37,7 @@ def loader_options(facts: Facts, call: cst.Call) -> dict[str, cst.BaseExpression
     else:
         if any(a.star == "*" for a in call.args):
             return None
-        out = facts.call_keywords(call)
+        out = facts.cross.call_keywords(call)
         if out is None:
             return None
     positional = [a for a in call.args if a.keyword is None and not a.star]
@@ -60,12 +60,12 @@ def workers_of(facts: Facts, value: cst.BaseExpression, depth: int = 0) -> str:
     values = facts_literal_values(facts, value)
     if values is None and isinstance(value, cst.Name) and depth < 4:
         # `nw = args.workers` … `num_workers=nw`: what every binding resolves to.
-        bs = facts.lookup(value.value, value)
+        bs = facts.bindings.lookup(value.value, value)
         if bs and all(b.how == "expr" for b in bs):
             states = {workers_of(facts, b.node, depth + 1) for b in bs}  # type: ignore[arg-type]
             return states.pop() if len(states) == 1 else "unknown"
     if values is None:
-        found, default = facts.option_default(value)  # `args.workers`, `cfg.num_workers`
+        found, default = facts.cross.option_default(value)  # `args.workers`, `cfg.num_workers`
         if not found:
             found, default = ctor_default(facts, value)  # `self.hparams.num_workers`
         if not found or default is None:
@@ -91,7 +91,7 @@ def ctor_default(facts: Facts, value: cst.BaseExpression) -> tuple[bool, object]
     plain = isinstance(base, cst.Name) and base.value == "self"
     if not (hparams or plain):
         return False, None
-    cls = facts.enclosing_class(value)
+    cls = facts.tree.enclosing_class(value)
     if cls is None or not isinstance(cls.body, cst.IndentedBlock):
         return False, None
     init = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "__init__"), None)
@@ -99,9 +99,9 @@ def ctor_default(facts: Facts, value: cst.BaseExpression) -> tuple[bool, object]
         return False, None
     if plain:
         # `self.workers = num_workers` in `__init__` (and nowhere else): that parameter.
-        bs = facts.self_attr_bindings(value)
+        bs = facts.bindings.self_attr_bindings(value)
         if len(bs) != 1 or bs[0].how != "expr" or not isinstance(bs[0].node, cst.Name) \
-                or facts.enclosing_function(bs[0].node) is not init:
+                or facts.tree.enclosing_function(bs[0].node) is not init:
             return False, None
         name = bs[0].node.value
     param = next((p for p in (*init.params.params, *init.params.kwonly_params) if p.name.value == name), None)
@@ -119,7 +119,7 @@ def facts_literal_values(facts: Facts, node: cst.BaseExpression) -> list | None:
     if v is not NOT_LITERAL:
         return [v]
     if isinstance(node, cst.Name):
-        bindings = facts.lookup(node.value, node)
+        bindings = facts.bindings.lookup(node.value, node)
         if not bindings:
             return None
         values = []
@@ -146,7 +146,7 @@ def moves_to_device(facts: Facts, node: cst.CSTNode) -> bool:
             if name == "to" and _to_device_state(facts, n) != "none":
                 return True
             dev = get_arg(n, "device")
-            if dev is not None and facts.device_kinds(dev.value) - {"device_cpu"}:
+            if dev is not None and facts.devices.device_kinds(dev.value) - {Kind.DEVICE_CPU}:
                 return True
         if isinstance(n, cst.SimpleString) and "cuda" in n.value:
             return True
@@ -183,7 +183,7 @@ def _to_device_state(facts: Facts, call: cst.Call) -> str:
             continue
         if a.star:
             return "device"
-        if facts.device_kinds(a.value) == {"device_cpu"}:
+        if facts.devices.device_kinds(a.value) == {Kind.DEVICE_CPU}:
             state = "cpu" if state == "none" else state
             continue
         return "device"
@@ -191,16 +191,16 @@ def _to_device_state(facts: Facts, call: cst.Call) -> str:
 
 
 def _is_dtype(facts: Facts, expr: cst.BaseExpression) -> bool:
-    q = facts.qualname(expr) or ""
+    q = facts.tree.qualname(expr) or ""
     return q.startswith("torch.") and q.rsplit(".", 1)[-1] in DTYPES and q.count(".") == 1
 
 
 def _default_device_changed(facts: Facts) -> bool:
     """The file moves tensor creation off the CPU by default (`torch.set_default_device`, a
     CUDA default tensor type, or `with torch.device(...)`)."""
-    if facts.calls_to("torch.set_default_device", "torch.set_default_tensor_type"):
+    if facts.tree.calls_to("torch.set_default_device", "torch.set_default_tensor_type"):
         return True
-    return any(isinstance(facts.parent(c), cst.WithItem) for c in facts.calls_to("torch.device"))
+    return any(isinstance(facts.tree.parent(c), cst.WithItem) for c in facts.tree.calls_to("torch.device"))
 
 
 def _combine(states) -> str:
@@ -224,7 +224,7 @@ def host_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -
     if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
         return "cpu"
     if isinstance(expr, cst.Name):
-        bs = facts.lookup(expr.value, expr)
+        bs = facts.bindings.lookup(expr.value, expr)
         if not bs or any(b.how != "expr" for b in bs):
             return "unknown"
         return _combine(host_origin(facts, b.node, depth + 1) for b in bs)
@@ -233,7 +233,7 @@ def host_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -
             return "cpu"
         base = expr.value
         if isinstance(base, cst.Name):
-            bs = facts.lookup(base.value, base)
+            bs = facts.bindings.lookup(base.value, base)
             if len(bs) == 1 and bs[0].how == "expr" and isinstance(bs[0].node, cst.Call) \
                     and call_name(bs[0].node) in ("parse_args", "parse_known_args"):
                 return "cpu"  # an argparse option: a string, a number or a flag
@@ -256,12 +256,12 @@ def host_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -
 
 
 def _call_origin(facts: Facts, call: cst.Call, depth: int) -> str:
-    q = facts.qualname(call.func) or ""
+    q = facts.tree.qualname(call.func) or ""
     dev = get_arg(call, "device")
     if q.startswith("torch.") and q.count(".") == 1:
         fn = q[len("torch."):]
         if dev is not None:
-            return "cpu" if facts.device_kinds(dev.value) == {"device_cpu"} else "device"
+            return "cpu" if facts.devices.device_kinds(dev.value) == {Kind.DEVICE_CPU} else "device"
         if fn in _SHAPE_FACTORIES:
             return "unknown" if _default_device_changed(facts) else "cpu"
         if fn.endswith("_like") or fn in _DATA_FACTORIES:
@@ -297,14 +297,14 @@ def function_node(facts: Facts, expr: cst.BaseExpression) -> cst.CSTNode | None:
     if isinstance(expr, cst.Lambda):
         return expr
     if isinstance(expr, cst.Name):
-        fns = facts.functions_by_name.get(expr.value)
+        fns = facts.tree.functions_by_name.get(expr.value)
         if fns:
             return fns[0]
-        cls = facts.classes_by_name.get(expr.value)
+        cls = facts.tree.classes_by_name.get(expr.value)
         if cls is not None:
             return cls
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
-        cls = facts.classes_by_name.get(expr.func.value)
+        cls = facts.tree.classes_by_name.get(expr.func.value)
         if cls is not None:
             return cls
     return None
@@ -315,17 +315,17 @@ def dataset_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0
     if expr is None or depth > 5:
         return "unknown"
     if isinstance(expr, cst.Name):
-        bs = facts.lookup(expr.value, expr)
+        bs = facts.bindings.lookup(expr.value, expr)
         if len(bs) == 1 and bs[0].how == "expr":
             return dataset_origin(facts, bs[0].node, depth + 1)
         return "unknown"
     if isinstance(expr, cst.Attribute):
-        bs = facts.self_attr_bindings(expr)
+        bs = facts.bindings.self_attr_bindings(expr)
         if len(bs) == 1 and bs[0].how == "expr":
             return dataset_origin(facts, bs[0].node, depth + 1)
         return "unknown"
     if isinstance(expr, cst.Call):
-        q = facts.qualname(expr.func) or ""
+        q = facts.tree.qualname(expr.func) or ""
         args = _combine(host_origin(facts, a.value) for a in expr.args)
         if q == "torch.utils.data.TensorDataset":
             return args
@@ -334,14 +334,14 @@ def dataset_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0
             # moves samples, say) can put data elsewhere.
             return "device" if any(moves_to_device(facts, resolved(facts, a.value)) for a in expr.args) else "cpu"
         if isinstance(expr.func, cst.Name):
-            cls = facts.classes_by_name.get(expr.func.value)
+            cls = facts.tree.classes_by_name.get(expr.func.value)
             if cls is not None:
                 return "device" if moves_to_device(facts, cls) else args
-        if "device_samples" in facts.project_class_kinds(expr.func):
+        if Kind.DEVICE_SAMPLES in facts.cross.project_class_kinds(expr.func):
             return "device"  # a project Dataset class whose samples are put on a device
         if any(a.keyword is not None and a.keyword.value == "device"
-               and facts.device_kinds(a.value) - {"device_cpu"} for a in expr.args) \
-                and "dataset" in facts.project_class_kinds(expr.func):
+               and facts.devices.device_kinds(a.value) - {Kind.DEVICE_CPU} for a in expr.args) \
+                and Kind.DATASET in facts.cross.project_class_kinds(expr.func):
             return "device"  # `MyDataset(..., device=device)`: it places its samples there
     return "unknown"
 
@@ -349,7 +349,7 @@ def dataset_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0
 def resolved(facts: Facts, expr: cst.BaseExpression) -> cst.CSTNode:
     """A name's single binding, else the expression itself."""
     if isinstance(expr, cst.Name):
-        bs = facts.lookup(expr.value, expr)
+        bs = facts.bindings.lookup(expr.value, expr)
         if len(bs) == 1 and bs[0].how == "expr":
             return bs[0].node
     return expr
@@ -365,21 +365,21 @@ def collate_origin(facts: Facts, call: cst.Call, expr: cst.BaseExpression | None
         bound = resolved(facts, expr)
         if bound is not expr and isinstance(bound, cst.Call):
             return collate_origin(facts, call, bound, depth + 1)
-    if isinstance(expr, cst.Call) and (facts.qualname(expr.func) or call_name(expr)) in ("functools.partial", "partial") \
+    if isinstance(expr, cst.Call) and (facts.tree.qualname(expr.func) or call_name(expr)) in ("functools.partial", "partial") \
             and expr.args:
         # `partial(collate, device=device)`: a device bound into the collate moves the batch.
         for a in expr.args[1:]:
             if a.keyword is not None and a.keyword.value in ("device", "dev") \
-                    and facts.device_kinds(a.value) - {"device_cpu"}:
+                    and facts.devices.device_kinds(a.value) - {Kind.DEVICE_CPU}:
                 return "device"
             if a.keyword is None and moves_to_device(facts, a.value):
                 return "device"
         return collate_origin(facts, call, expr.args[0].value, depth + 1)
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value not in facts.classes_by_name:
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value not in facts.tree.classes_by_name:
         # A collator object from another module built with a device (`Collator(device=dev)`).
         for a in expr.args:
             if a.keyword is not None and a.keyword.value in ("device", "dev") \
-                    and facts.device_kinds(a.value) - {"device_cpu"}:
+                    and facts.devices.device_kinds(a.value) - {Kind.DEVICE_CPU}:
                 return "device"
     fn = function_node(facts, expr)
     if fn is None:
@@ -395,30 +395,30 @@ def graph_collator(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0
     stays in pageable memory whatever the loader says."""
     if expr is None or depth > 3:
         return False
-    if isinstance(expr, cst.Call) and (facts.qualname(expr.func) or call_name(expr)) in ("functools.partial", "partial") \
+    if isinstance(expr, cst.Call) and (facts.tree.qualname(expr.func) or call_name(expr)) in ("functools.partial", "partial") \
             and expr.args:
         return graph_collator(facts, expr.args[0].value, depth + 1)
     if isinstance(expr, cst.Name):
-        fns = facts.functions_by_name.get(expr.value, [])
+        fns = facts.tree.functions_by_name.get(expr.value, [])
         if len(fns) == 1:
-            return facts.graph_collate(fns[0])
-        bs = facts.lookup(expr.value, expr)
+            return facts.kinds.graph_collate(fns[0])
+        bs = facts.bindings.lookup(expr.value, expr)
         if len(bs) == 1 and bs[0].how == "expr" and bs[0].node is not expr:
             return graph_collator(facts, bs[0].node, depth + 1)
-        ref = facts.project_ref(expr)
+        ref = facts.cross.project_ref(expr)
         return ref is not None and facts.project is not None and facts.project.graph_collate(ref)
     if isinstance(expr, cst.Attribute):
         name = expr.attr.value
-        cls = facts.enclosing_class(expr)
+        cls = facts.tree.enclosing_class(expr)
         if isinstance(expr.value, cst.Name) and expr.value.value == "self" and cls is not None:
-            own = [f for f in facts.functions_by_name.get(name, []) if facts.enclosing_class(f) is cls]
+            own = [f for f in facts.tree.functions_by_name.get(name, []) if facts.tree.enclosing_class(f) is cls]
             if own:
-                return all(facts.graph_collate(f) for f in own)
-        ref = facts.project_ref(expr)
+                return all(facts.kinds.graph_collate(f) for f in own)
+        ref = facts.cross.project_ref(expr)
         if ref is not None and facts.project is not None and facts.project.graph_collate(ref):
             return True  # `data.collate_graphs` of a project module
-        local = [f for f in facts.functions_by_name.get(name, []) if facts.enclosing_class(f) is not None]
-        if local and not all(facts.graph_collate(f) for f in local):
+        local = [f for f in facts.tree.functions_by_name.get(name, []) if facts.tree.enclosing_class(f) is not None]
+        if local and not all(facts.kinds.graph_collate(f) for f in local):
             return False
         return (bool(local) and facts.project is None) or (
             facts.project is not None and facts.project.graph_collate_method(name))
@@ -433,21 +433,21 @@ def token_collator(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0
     if expr is None or depth > 3:
         return False
     if isinstance(expr, cst.Name):
-        bs = facts.lookup(expr.value, expr)
+        bs = facts.bindings.lookup(expr.value, expr)
         return bool(bs) and all(b.how == "expr" and token_collator(facts, b.node, depth + 1) for b in bs)
     if isinstance(expr, cst.Call):
         name = call_name(expr) or ""
         if "Collator" not in name:
             return False
-        q = facts.qualname(expr.func) or ""
+        q = facts.tree.qualname(expr.func) or ""
         return q.startswith("transformers.") or any(
-            full.split(".", 1)[0] == "transformers" for full in facts.imports.aliases.values()) \
+            full.split(".", 1)[0] == "transformers" for full in facts.tree.imports.aliases.values()) \
             or words_mention_tokenizer(facts)
     return False
 
 
 def words_mention_tokenizer(facts: Facts) -> bool:
-    return facts.words.name_contains("tokenizer")
+    return facts.filewide.words.name_contains("tokenizer")
 
 
 def index_loader(facts: Facts, call: cst.Call) -> bool:
@@ -462,7 +462,7 @@ def index_loader(facts: Facts, call: cst.Call) -> bool:
         node = resolved(facts, node.args[0].value)
     if not isinstance(node, cst.Call):
         return False
-    q = facts.qualname(node.func) or ""
+    q = facts.tree.qualname(node.func) or ""
     if isinstance(node.func, cst.Name) and node.func.value == "range" and not q:
         return opts.get("collate_fn") is None
     return q == "torch.randperm" and opts.get("collate_fn") is None
@@ -471,8 +471,8 @@ def index_loader(facts: Facts, call: cst.Call) -> bool:
 def _lightning_eval_loader_method(facts: Facts, call: cst.Call) -> bool:
     """Built in a DataModule's `test_dataloader` / `predict_dataloader`: Lightning reads those
     once, in `trainer.test()` / `trainer.predict()` after (or without) training."""
-    fn = facts.enclosing_function(call)
-    return fn is not None and facts.enclosing_class(fn) is not None and fn.name.value.lstrip("_") in (
+    fn = facts.tree.enclosing_function(call)
+    return fn is not None and facts.tree.enclosing_class(fn) is not None and fn.name.value.lstrip("_") in (
         "test_dataloader", "predict_dataloader")
 
 
@@ -494,25 +494,25 @@ def iterated_once(facts: Facts, call: cst.Call) -> bool:
     (`enumerate`, `tqdm`, `zip`, or any call that is itself the loop's iterable, such as
     `logger.log_every(loader, 10)`); `len(loader)` and `loader.dataset` are not reads.  Any
     other use (stored, returned, passed elsewhere) counts as "maybe more than once"."""
-    assign = facts.parent(call)
+    assign = facts.tree.parent(call)
     if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1
             and isinstance(assign.targets[0].target, cst.Name)):
         return False
-    scope = facts.enclosing_function(assign) or facts.module
-    return _reads(facts, assign.targets[0].target.value, scope, facts.order.get(assign.targets[0].target, 0), 0) == 1
+    scope = facts.tree.enclosing_function(assign) or facts.module
+    return _reads(facts, assign.targets[0].target.value, scope, facts.tree.order.get(assign.targets[0].target, 0), 0) == 1
 
 
 def _in_a_loop(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> bool:
     """Whether `node` may run more than once per run of `scope`: under a loop, another
     comprehension, or a nested function (a `for` clause's own comprehension does not count)."""
-    anc = facts.parent(node)
+    anc = facts.tree.parent(node)
     own = anc if isinstance(node, cst.CompFor) else None
     while anc is not None and anc is not scope:
         if isinstance(anc, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.CompFor)):
             return True
         if isinstance(anc, COMPREHENSIONS) and anc is not own:
             return True
-        anc = facts.parent(anc)
+        anc = facts.tree.parent(anc)
     return False
 
 
@@ -524,25 +524,25 @@ def _through_wrappers(facts: Facts, use: cst.Name):
     `tqdm(...)`, `for … in …`): None when it reads no batch (`len(loader)`, a loader
     attribute such as `.dataset`, `loader.__len__()`), `_OPAQUE` when another attribute may
     read it, else (the outermost node, its Arg parent or None, the call around that)."""
-    parent = facts.parent(use)
+    parent = facts.tree.parent(use)
     if isinstance(parent, cst.Attribute) and parent.value is use:
         if parent.attr.value in _LOADER_ATTRS:
             return None
-        if parent.attr.value == "__len__" and isinstance(facts.parent(parent), cst.Call):
+        if parent.attr.value == "__len__" and isinstance(facts.tree.parent(parent), cst.Call):
             return None  # `loader.__len__()` counts batches; it reads none
         return _OPAQUE
     node: cst.CSTNode = use
-    arg = facts.parent(node)
-    outer = facts.parent(arg) if isinstance(arg, cst.Arg) else None
+    arg = facts.tree.parent(node)
+    outer = facts.tree.parent(arg) if isinstance(arg, cst.Arg) else None
     if isinstance(outer, cst.Call) and call_name(outer) == "len":
         return None
     while isinstance(outer, cst.Call) and (
         (call_name(outer) or "") in _ITER_WRAPPERS
-        or (isinstance(facts.parent(outer), (cst.For, cst.CompFor)) and facts.parent(outer).iter is outer)
+        or (isinstance(facts.tree.parent(outer), (cst.For, cst.CompFor)) and facts.tree.parent(outer).iter is outer)
     ):
         node = outer
-        arg = facts.parent(node)
-        outer = facts.parent(arg) if isinstance(arg, cst.Arg) else None
+        arg = facts.tree.parent(node)
+        outer = facts.tree.parent(arg) if isinstance(arg, cst.Arg) else None
     return node, arg, outer
 
 
@@ -550,14 +550,14 @@ def _reads(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: int) 
     """How many times `name` (bound before order `after`) is iterated in `scope`; 2 stands
     for "more than once, or unknown"."""
     reads = 0
-    for use in facts.later_uses(name, scope, after):
+    for use in facts.tree.later_uses(name, scope, after):
         got = _through_wrappers(facts, use)
         if got is None:
             continue
         if got == _OPAQUE:
             return 2
         node, arg, outer = got
-        parent = facts.parent(node)
+        parent = facts.tree.parent(node)
         if isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is node:
             if _in_a_loop(facts, parent, scope):
                 return 2
@@ -565,9 +565,9 @@ def _reads(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: int) 
             continue
         if (depth < 2 and node is use and isinstance(arg, cst.Arg) and isinstance(outer, cst.Call)
                 and isinstance(outer.func, cst.Name) and not _in_a_loop(facts, outer, scope)):
-            fns = facts.functions_by_name.get(outer.func.value) or []
+            fns = facts.tree.functions_by_name.get(outer.func.value) or []
             param = param_for(fns[0], outer, arg) if len(fns) == 1 else None
-            if param is not None and _reads(facts, param, fns[0], facts.order.get(fns[0].body, 0), depth + 1) == 1:
+            if param is not None and _reads(facts, param, fns[0], facts.tree.order.get(fns[0].body, 0), depth + 1) == 1:
                 reads += 1
                 continue
         return 2
@@ -580,8 +580,8 @@ def read_sites(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: i
     function that reads it, its sites inside); None when it may be read elsewhere too
     (stored, returned, wrapped in an `iter()` kept for later, passed to unknown code)."""
     sites: list = []
-    for use in facts.later_uses(name, scope, after):
-        parent = facts.parent(use)
+    for use in facts.tree.later_uses(name, scope, after):
+        parent = facts.tree.parent(use)
         if isinstance(parent, cst.AssignTarget) and parent.target is use:
             continue  # rebound (`batchs = [...]` on another path): not a read
         got = _through_wrappers(facts, use)
@@ -590,7 +590,7 @@ def read_sites(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: i
         if got == _OPAQUE:
             return None
         node, arg, outer = got
-        parent = facts.parent(node)
+        parent = facts.tree.parent(node)
         if isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is node:
             sites.append(("next", parent) if _breaks_at_once(parent) else ("for", parent))
             continue
@@ -599,7 +599,7 @@ def read_sites(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: i
                 and isinstance(parent.targets[0].target, cst.Name)):
             # `pbar = tqdm(loader)` … `for x in pbar:`: the wrapper's reads are the loader's.
             target = parent.targets[0].target
-            inner = read_sites(facts, target.value, scope, facts.order.get(target, 0), depth + 1)
+            inner = read_sites(facts, target.value, scope, facts.tree.order.get(target, 0), depth + 1)
             if inner is None:
                 return None
             sites.extend(inner)
@@ -613,9 +613,9 @@ def read_sites(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: i
             continue
         if (depth < 2 and node is use and isinstance(arg, cst.Arg) and isinstance(outer, cst.Call)
                 and isinstance(outer.func, cst.Name)):
-            fns = facts.functions_by_name.get(outer.func.value) or []
+            fns = facts.tree.functions_by_name.get(outer.func.value) or []
             param = param_for(fns[0], outer, arg) if len(fns) == 1 else None
-            inner = read_sites(facts, param, fns[0], facts.order.get(fns[0].body, 0), depth + 1) \
+            inner = read_sites(facts, param, fns[0], facts.tree.order.get(fns[0].body, 0), depth + 1) \
                 if param is not None else None
             if inner is not None:
                 sites.append(("call", outer, fns[0], inner))
@@ -638,14 +638,14 @@ def _function_called_rarely(facts: Facts, fn: cst.FunctionDef) -> bool | None:
     any loop), True when some call runs in a loop but only under a throttle (`if step % N ==
     0: sample_images()`), False when it is called on every iteration, from code that may
     repeat, or from nowhere in view."""
-    if facts.parent(fn) is not facts.module:
+    if facts.tree.parent(fn) is not facts.module:
         return False
-    calls = [c for c in facts.calls() if isinstance(c.func, cst.Name) and c.func.value == fn.name.value]
+    calls = [c for c in facts.tree.calls() if isinstance(c.func, cst.Name) and c.func.value == fn.name.value]
     if not calls:
         return False
     result = None
     for c in calls:
-        host = facts.enclosing_function(c) or facts.module
+        host = facts.tree.enclosing_function(c) or facts.module
         where = throttled_in_loop(facts, c, host)
         if where is False or (where is None and not runs_once(facts, host)):
             return False
@@ -656,8 +656,8 @@ def _function_called_rarely(facts: Facts, fn: cst.FunctionDef) -> bool | None:
 
 def _cheap_site(facts: Facts, site: tuple, scope: cst.CSTNode) -> bool:
     kind, node = site[0], site[1]
-    reader = facts.enclosing_function(node)
-    if reader is not None and reader is not scope and (scope is facts.module or facts.is_inside(reader, scope)):
+    reader = facts.tree.enclosing_function(node)
+    if reader is not None and reader is not scope and (scope is facts.module or facts.tree.is_inside(reader, scope)):
         # Read inside a function (`def sample_images(): next(iter(val_loader))`): how often
         # that function is called decides.
         if throttled_in_loop(facts, node, reader) is not None:
@@ -683,7 +683,7 @@ def _cheap_site(facts: Facts, site: tuple, scope: cst.CSTNode) -> bool:
     # One pass, not repeated, that is not the training itself: a final test after training,
     # or the whole job of a file that does not train (a prediction or export script, a
     # dataset's `__main__` self-check) — no training step waits for it.
-    if isinstance(node, (cst.For, cst.While)) and facts.loop_kind(node) == "train":
+    if isinstance(node, (cst.For, cst.While)) and facts.loops.loop_kind(node) == "train":
         return False
     return not trains_in(facts, node)
 
@@ -703,26 +703,26 @@ def read_cheaply(facts: Facts, call: cst.Call) -> bool:
     have next to nothing to speed up."""
     if _lightning_eval_loader_method(facts, call):
         return True
-    parent = facts.parent(call)
-    scope = facts.enclosing_function(call) or facts.module
-    if isinstance(scope, cst.FunctionDef) and facts.trains and facts.runs_instead_of_training(scope) \
+    parent = facts.tree.parent(call)
+    scope = facts.tree.enclosing_function(call) or facts.module
+    if isinstance(scope, cst.FunctionDef) and facts.hotpath.trains and facts.hotpath.runs_instead_of_training(scope) \
             and runs_once(facts, scope):
         return True  # built in `test()` of `if not args.eval: train() else: test()`: a one-off run
     if isinstance(parent, cst.Arg):
-        outer = facts.parent(parent)
+        outer = facts.tree.parent(parent)
         # `next(iter(DataLoader(...)))`, `for x in DataLoader(...)`
         node: cst.CSTNode = call
         sites: list | None = None
         if isinstance(outer, cst.Call) and call_name(outer) in ("iter", "enumerate", "tqdm"):
             node = outer
-            up = facts.parent(outer)
-            nxt = facts.parent(up) if isinstance(up, cst.Arg) else None
+            up = facts.tree.parent(outer)
+            nxt = facts.tree.parent(up) if isinstance(up, cst.Arg) else None
             if isinstance(nxt, cst.Call) and call_name(nxt) == "next" and call_name(outer) == "iter":
                 sites = [("next", nxt)]
         if isinstance(outer, cst.Call) and call_name(outer) in ("list", "tuple") and isinstance(outer.func, cst.Name):
             sites = [("for", outer)]  # `list(DataLoader(...))`: one pass
         if sites is None:
-            p = facts.parent(node)
+            p = facts.tree.parent(node)
             if isinstance(p, (cst.For, cst.CompFor)) and p.iter is node:
                 sites = [("next", p) if _breaks_at_once(p) else ("for", p)]
         if sites is None:
@@ -734,7 +734,7 @@ def read_cheaply(facts: Facts, call: cst.Call) -> bool:
                 and isinstance(parent.targets[0].target, cst.Name)):
             return False
         target = parent.targets[0].target
-        sites = read_sites(facts, target.value, scope, facts.order.get(target, 0), 0)
+        sites = read_sites(facts, target.value, scope, facts.tree.order.get(target, 0), 0)
     if sites is None or not runs_once(facts, scope):
         return False
     if not sites:
@@ -761,11 +761,4 @@ def _module_runs_as_script(facts: Facts) -> bool:
 
 
 def dataloaders(facts: Facts) -> list[cst.Call]:
-    return facts.calls_to(DATALOADER)
-
-
-DTYPES = {
-    "float", "float32", "float16", "half", "bfloat16", "float64", "double", "int", "int32", "int64",
-    "long", "int8", "uint8", "bool", "int16", "short", "complex64", "complex128", "cfloat",
-    "float8_e4m3fn", "float8_e5m2",
-}
+    return facts.tree.calls_to(DATALOADER)

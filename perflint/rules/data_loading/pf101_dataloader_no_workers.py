@@ -26,6 +26,7 @@ from perflint.rules.data_loading.helpers import (
     token_collator,
     words_mention_tokenizer,
 )
+from perflint.analysis.vocab import Kind
 
 
 def in_memory_tensors(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -> bool:
@@ -34,12 +35,12 @@ def in_memory_tensors(facts: Facts, expr: cst.BaseExpression | None, depth: int 
     if expr is None or depth > 5:
         return False
     if isinstance(expr, cst.Name):
-        bs = facts.lookup(expr.value, expr)  # every binding (`if ...: ds = TensorDataset(a) else: ds = TensorDataset(b)`)
+        bs = facts.bindings.lookup(expr.value, expr)  # every binding (`if ...: ds = TensorDataset(a) else: ds = TensorDataset(b)`)
         return bool(bs) and all(b.how == "expr" and in_memory_tensors(facts, b.node, depth + 1) for b in bs)
     if isinstance(expr, cst.Attribute):
-        bs = facts.self_attr_bindings(expr)
+        bs = facts.bindings.self_attr_bindings(expr)
         return len(bs) == 1 and bs[0].how == "expr" and in_memory_tensors(facts, bs[0].node, depth + 1)
-    return isinstance(expr, cst.Call) and facts.qualname(expr.func) == "torch.utils.data.TensorDataset"
+    return isinstance(expr, cst.Call) and facts.tree.qualname(expr.func) == "torch.utils.data.TensorDataset"
 
 
 def cheap_samples(facts: Facts, opts: dict) -> bool:
@@ -52,18 +53,18 @@ def cheap_samples(facts: Facts, opts: dict) -> bool:
         return True
     node = resolved(facts, dataset) if dataset is not None else None
     if isinstance(node, cst.Attribute):
-        bs = facts.self_attr_bindings(node)
+        bs = facts.bindings.self_attr_bindings(node)
         node = bs[0].node if len(bs) == 1 and bs[0].how == "expr" else node
     if not isinstance(node, cst.Call):
         return False
-    cls = facts.classes_by_name.get(node.func.value) if isinstance(node.func, cst.Name) else None
+    cls = facts.tree.classes_by_name.get(node.func.value) if isinstance(node.func, cst.Name) else None
     if cls is not None:
-        if cls.name.value not in facts.dataset_classes or not facts.cheap_samples_class(cls):
+        if cls.name.value not in facts.kinds.dataset_classes or not facts.kinds.cheap_samples_class(cls):
             return False
         kinds: frozenset = frozenset()
     else:
-        kinds = facts.project_class_kinds(node.func)
-        if "cheap_samples" not in kinds:
+        kinds = facts.cross.project_class_kinds(node.func)
+        if Kind.CHEAP_SAMPLES not in kinds:
             return False
     collate = opts.get("collate_fn")
     if collate is None or literal_value(collate) is None:
@@ -73,10 +74,10 @@ def cheap_samples(facts: Facts, opts: dict) -> bool:
         if cls is not None:
             fn = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "collate_fn"),
                       None) if isinstance(cls.body, cst.IndentedBlock) else None
-            return fn is not None and facts.pad_only_collate(fn)
-        return "pad_collate" in kinds
+            return fn is not None and facts.kinds.pad_only_collate(fn)
+        return Kind.PAD_COLLATE in kinds
     fn = function_node(facts, collate)
-    return isinstance(fn, (cst.FunctionDef, cst.Lambda)) and facts.pad_only_collate(fn)
+    return isinstance(fn, (cst.FunctionDef, cst.Lambda)) and facts.kinds.pad_only_collate(fn)
 
 
 def tokenised_text(facts: Facts, opts: dict) -> bool:
@@ -96,10 +97,10 @@ def _collate_function(facts: Facts, expr: cst.BaseExpression | None, depth: int)
     if isinstance(expr, cst.Call) and call_name(expr) == "partial" and expr.args:
         return _collate_function(facts, expr.args[0].value, depth + 1)
     if isinstance(expr, cst.Name):
-        if expr.value in facts.functions_by_name:
-            fns = facts.functions_by_name[expr.value]
+        if expr.value in facts.tree.functions_by_name:
+            fns = facts.tree.functions_by_name[expr.value]
             return fns[0] if len(fns) == 1 else None
-        bs = facts.lookup(expr.value, expr)
+        bs = facts.bindings.lookup(expr.value, expr)
         if len(bs) == 1 and bs[0].how == "expr":
             return _collate_function(facts, bs[0].node, depth + 1)
         return None
@@ -115,32 +116,32 @@ def per_sample_work(facts: Facts, opts: dict, unbound: bool = True) -> bool:
     than pad and stack.  With `unbound`, a dataset name the file never binds counts as
     evidence (nothing says its samples are cheap)."""
     dataset = opts.get("dataset")
-    if unbound and isinstance(dataset, cst.Name) and not facts.lookup(dataset.value, dataset) \
-            and dataset.value not in facts.imports.aliases and dataset.value not in facts.classes_by_name:
+    if unbound and isinstance(dataset, cst.Name) and not facts.bindings.lookup(dataset.value, dataset) \
+            and dataset.value not in facts.tree.imports.aliases and dataset.value not in facts.tree.classes_by_name:
         return True  # a name this file never binds (a snippet, a star import): nothing says the samples are cheap
     node = resolved(facts, dataset) if dataset is not None else None
     if isinstance(node, cst.Call):
-        cls = facts.classes_by_name.get(node.func.value) if isinstance(node.func, cst.Name) else None
-        if (cls is not None and facts.shares_a_file_offset(cls)) or "shared_file" in facts.project_class_kinds(node.func):
+        cls = facts.tree.classes_by_name.get(node.func.value) if isinstance(node.func, cst.Name) else None
+        if (cls is not None and facts.kinds.shares_a_file_offset(cls)) or Kind.SHARED_FILE in facts.cross.project_class_kinds(node.func):
             return False  # workers forked from it would interleave their reads of one file offset
         if cls is not None:
-            if cls.name.value in facts.dataset_classes and not facts.cheap_samples_class(cls):
+            if cls.name.value in facts.kinds.dataset_classes and not facts.kinds.cheap_samples_class(cls):
                 return True
-            if any((facts.qualname(b.value) or "").startswith(("torchvision.", "torchaudio.")) for b in cls.bases):
+            if any((facts.tree.qualname(b.value) or "").startswith(("torchvision.", "torchaudio.")) for b in cls.bases):
                 return True  # a subclass of a dataset that decodes images or audio
-        kinds = facts.project_class_kinds(node.func) if cls is None else frozenset()
-        if "dataset" in kinds and "cheap_samples" not in kinds:
+        kinds = facts.cross.project_class_kinds(node.func) if cls is None else frozenset()
+        if Kind.DATASET in kinds and Kind.CHEAP_SAMPLES not in kinds:
             return True
-        if (facts.qualname(node.func) or "").startswith(("torchvision.", "torchaudio.")):
+        if (facts.tree.qualname(node.func) or "").startswith(("torchvision.", "torchaudio.")):
             return True
         if any(a.keyword is not None and "transform" in a.keyword.value for a in node.args):
             return True
     fn = _collate_function(facts, opts.get("collate_fn"), 0)
-    return fn is not None and not facts.pad_only_collate(fn)
+    return fn is not None and not facts.kinds.pad_only_collate(fn)
 
 
 def _imports_transformers(facts: Facts) -> bool:
-    return any(full.split(".", 1)[0] == "transformers" for full in facts.imports.aliases.values())
+    return any(full.split(".", 1)[0] == "transformers" for full in facts.tree.imports.aliases.values())
 
 
 _WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "multiprocessing_context", "worker_init_fn")
@@ -252,7 +253,7 @@ class DataLoaderNoWorkers(Rule):
                 if v is NOT_LITERAL:
                     # A name bound to 0 in the file is the user's choice; an option whose
                     # default is 0 (argparse, a config field) loads in-process unless changed.
-                    found, default = facts.option_default(value)
+                    found, default = facts.cross.option_default(value)
                     if not found or default != 0:
                         continue
                     if from_config_file(facts, value):
@@ -303,7 +304,7 @@ class DataLoaderNoWorkers(Rule):
                 and facts.target_torch >= (1, 7):
             new = add_arg(new, make_kwarg("persistent_workers", "True"))
             added.append("`persistent_workers=True`")
-        if facts.is_cuda_code and loader_arg(call, "pin_memory") is None and get_arg(call, "pin_memory_device") is None:
+        if facts.devices.is_cuda_code and loader_arg(call, "pin_memory") is None and get_arg(call, "pin_memory_device") is None:
             new = add_arg(new, make_kwarg("pin_memory", "True"))
             added.append("`pin_memory=True`")
         replacements: dict = {call: new}
@@ -325,7 +326,7 @@ def runs_loaders_on_import(facts: Facts) -> bool:
     imports the main module again, and such a script then fails with "An attempt has been
     made to start a new process before the current process has finished its bootstrapping
     phase"."""
-    local = set(facts.functions_by_name)
+    local = set(facts.tree.functions_by_name)
     for stmt in facts.module.body:
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
             continue
@@ -378,7 +379,7 @@ def workers_safe(facts: Facts, call: cst.Call, dataset: cst.BaseExpression) -> s
     collate = loader_arg(call, "collate_fn")
     if collate is not None and literal_value(collate.value) is not None:
         fn = function_node(facts, collate.value)
-        if fn is None or isinstance(fn, cst.Lambda) or facts.enclosing_function(fn) is not None:
+        if fn is None or isinstance(fn, cst.Lambda) or facts.tree.enclosing_function(fn) is not None:
             return "collate_fn"
     for opt in ("worker_init_fn", "sampler", "batch_sampler"):
         a = loader_arg(call, opt)
@@ -391,16 +392,16 @@ def workers_safe(facts: Facts, call: cst.Call, dataset: cst.BaseExpression) -> s
         return "lambda"
     if dataset_origin(facts, node) == "device":
         return "device"
-    q = facts.qualname(node.func) or ""
+    q = facts.tree.qualname(node.func) or ""
     if q.startswith(("torchvision.datasets.", "torchaudio.datasets.")):
         return None
     if not isinstance(node.func, cst.Name):
         return "unknown dataset"
-    cls = facts.classes_by_name.get(node.func.value)
-    if cls is None or node.func.value not in facts.dataset_classes or facts.parent(cls) is not facts.module:
+    cls = facts.tree.classes_by_name.get(node.func.value)
+    if cls is None or node.func.value not in facts.kinds.dataset_classes or facts.tree.parent(cls) is not facts.module:
         return "unknown dataset"
-    iterable = any((facts.qualname(b.value) or dotted(b.value) or "").endswith("IterableDataset") for b in cls.bases)
-    if iterable and not any(call_name(c) == "get_worker_info" for c in facts.calls_within(cls)):
+    iterable = any((facts.tree.qualname(b.value) or dotted(b.value) or "").endswith("IterableDataset") for b in cls.bases)
+    if iterable and not any(call_name(c) == "get_worker_info" for c in facts.tree.calls_within(cls)):
         return "unsharded IterableDataset"
     for item in cls.body.body:
         if isinstance(item, cst.FunctionDef) and item.name.value in ("__getitem__", "__iter__", "__getitems__"):

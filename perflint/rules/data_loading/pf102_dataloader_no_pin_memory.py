@@ -37,19 +37,19 @@ def _batches_never_copied(facts: Facts, call: cst.Call) -> bool:
     body copies nothing to a device itself — no `.cuda()`, `.to(...)` or `*device*` helper:
     the batch goes on as is (a metric helper that turns it into numpy and copies slices), so
     a pinned batch would never be copied."""
-    parent = facts.parent(call)
+    parent = facts.tree.parent(call)
     if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
         return False
     target = parent.targets[0].target
-    scope = facts.enclosing_function(call) or facts.module
-    sites = read_sites(facts, target.value, scope, facts.order.get(target, 0), 0)
+    scope = facts.tree.enclosing_function(call) or facts.module
+    sites = read_sites(facts, target.value, scope, facts.tree.order.get(target, 0), 0)
     if not sites:
         return False
     for site in _flat_sites(sites):
         loop = site[1]
-        if not isinstance(loop, cst.For) or facts.loop_kind(loop) == "train" or trains_in(facts, loop):
+        if not isinstance(loop, cst.For) or facts.loops.loop_kind(loop) == "train" or trains_in(facts, loop):
             return False
-        for c in facts.calls_within(loop.body):
+        for c in facts.tree.calls_within(loop.body):
             name = (call_name(c) or "").lower()
             if name in ("cuda", "to", "pin_memory") or "device" in name or "cuda" in name:
                 return False
@@ -62,7 +62,7 @@ _COMMENTED_PIN = re.compile(r"\bpin_memory\s*=")
 def _pinning_commented_out(facts: Facts, call: cst.Call) -> bool:
     """A comment among the loader's arguments, or after its statement, holds a `pin_memory=`
     argument (`# pin_memory=True,`): the author turned pinning off on purpose."""
-    stmt = facts.statement_of(call)
+    stmt = facts.tree.statement_of(call)
     trailing = stmt.trailing_whitespace.comment if isinstance(stmt, cst.SimpleStatementLine) else None
     found = list(comments_in(call)) + ([trailing.value] if trailing is not None else [])
     return any(_COMMENTED_PIN.search(c) for c in found)
@@ -135,7 +135,7 @@ class DataLoaderNoPinMemory(Rule):
     tokens = (b"DataLoader",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        if not facts.is_cuda_code:
+        if not facts.devices.is_cuda_code:
             return
         for call in dataloaders(facts):
             opts = loader_options(facts, call)
@@ -172,15 +172,15 @@ class DataLoaderNoPinMemory(Rule):
 def _unpinned_branch(facts: Facts, call: cst.Call) -> bool:
     """`call` sits in one arm of an `if` on the number of workers whose other arm builds a
     DataLoader with `pin_memory`: the author pins only where workers load the batches."""
-    for node in facts.ancestors(call):
+    for node in facts.tree.ancestors(call):
         if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Module)):
             return False
         if not isinstance(node, cst.If) or "worker" not in facts.module.code_for_node(node.test):
             continue
-        in_body = facts.is_inside(call, node.body)
+        in_body = facts.tree.is_inside(call, node.body)
         other = node.orelse if in_body else node.body
         if other is None:
             return False
         return any(q is not call and "pin_memory" in (loader_options(facts, q) or {})
-                   for q in dataloaders(facts) if facts.is_inside(q, other))
+                   for q in dataloaders(facts) if facts.tree.is_inside(q, other))
     return False

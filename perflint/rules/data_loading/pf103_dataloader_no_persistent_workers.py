@@ -26,20 +26,20 @@ def _rebuilt_each_round(facts: Facts, call: cst.Call) -> bool:
     """The DataLoader is built anew on every iteration of a loop — in the loop body, or in a
     function this file calls from a loop (`run_epoch()` building its own loader): its workers
     die with it, so `persistent_workers` keeps nothing."""
-    fn = facts.enclosing_function(call)
+    fn = facts.tree.enclosing_function(call)
     if throttled_in_loop(facts, call, fn or facts.module) is not None:
         return True
-    if fn is None or facts.parent(fn) is not facts.module and facts.enclosing_class(fn) is None:
+    if fn is None or facts.tree.parent(fn) is not facts.module and facts.tree.enclosing_class(fn) is None:
         return False
     name = fn.name.value
-    own_method = facts.enclosing_class(fn) is not None
-    for c in facts.calls():
+    own_method = facts.tree.enclosing_class(fn) is not None
+    for c in facts.tree.calls():
         f = c.func
         hit = (isinstance(f, cst.Name) and f.value == name and not own_method) or (
             own_method and isinstance(f, cst.Attribute) and f.attr.value == name
             and isinstance(f.value, cst.Name) and f.value.value == "self")
-        if hit and not facts.is_inside(c, fn) and \
-                throttled_in_loop(facts, c, facts.enclosing_function(c) or facts.module) is False:
+        if hit and not facts.tree.is_inside(c, fn) and \
+                throttled_in_loop(facts, c, facts.tree.enclosing_function(c) or facts.module) is False:
             return True
     return False
 

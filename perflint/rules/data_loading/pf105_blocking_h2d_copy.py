@@ -22,6 +22,7 @@ from perflint.rules.data_loading.helpers import (
     read_cheaply,
 )
 from perflint.rules.host_sync.helpers import waits_at_once
+from perflint.analysis.vocab import Kind
 
 
 def _target_device(facts: Facts, call: cst.Call) -> str | None:
@@ -35,20 +36,20 @@ def _target_device(facts: Facts, call: cst.Call) -> str | None:
     dev = get_arg(call, "device", 0)
     if dev is None:
         return None
-    q = facts.qualname(dev.value) or ""
+    q = facts.tree.qualname(dev.value) or ""
     if q.startswith("torch.") and q.rsplit(".", 1)[-1] in DTYPES:
         return None
-    ks = facts.kinds(dev.value)
-    if ks & {"tensor", "output", "batch", "model"}:
+    ks = facts.kinds.of(dev.value)
+    if ks & {Kind.TENSOR, Kind.OUTPUT, Kind.BATCH, Kind.MODEL}:
         return None
-    dk = facts.device_kinds(dev.value)
-    if dk == {"device_cpu"} or ("device_other" in dk and not dk & {"device_cuda", "device_unknown"}):
+    dk = facts.devices.device_kinds(dev.value)
+    if dk == {Kind.DEVICE_CPU} or (Kind.DEVICE_OTHER in dk and not dk & {Kind.DEVICE_CUDA, Kind.DEVICE_UNKNOWN}):
         return None
-    if "device_other" in dk:
+    if Kind.DEVICE_OTHER in dk:
         return "maybe"  # `torch.accelerator.current_accelerator()`: CUDA, or another accelerator
-    if "device_cuda" in dk and not (dk & {"device_unknown"}):
+    if Kind.DEVICE_CUDA in dk and not (dk & {Kind.DEVICE_UNKNOWN}):
         return "cuda"
-    if dk <= {"device_cpu", "device_cuda"}:
+    if dk <= {Kind.DEVICE_CPU, Kind.DEVICE_CUDA}:
         return "cuda"  # "cuda" if torch.cuda.is_available() else "cpu"
     # Unknown: only a value named like a device counts (`self.img_dtype` may be a dtype).
     if dev.keyword is not None or _DEVICE_NAME.search((dotted(dev.value) or "").rsplit(".", 1)[-1].lower()):
@@ -71,9 +72,9 @@ def batch_loaders(facts: Facts, expr: cst.BaseExpression, depth: int = 0) -> lis
         return batch_loaders(facts, expr.func.value, depth + 1)
     bindings = []
     if isinstance(expr, cst.Name):
-        bindings = facts.lookup(expr.value, expr)
+        bindings = facts.bindings.lookup(expr.value, expr)
     elif isinstance(expr, cst.Attribute):
-        bindings = facts.self_attr_bindings(expr)
+        bindings = facts.bindings.self_attr_bindings(expr)
     if not bindings:
         return None
     out: list[cst.Call] = []
@@ -94,7 +95,7 @@ def batch_loaders(facts: Facts, expr: cst.BaseExpression, depth: int = 0) -> lis
 
 def _iter_loaders(facts: Facts, it: cst.BaseExpression, depth: int) -> list[cst.Call] | None:
     if isinstance(it, cst.Call):
-        q = facts.qualname(it.func) or call_name(it) or ""
+        q = facts.tree.qualname(it.func) or call_name(it) or ""
         short = q.split(".")[-1]
         if q == DATALOADER:
             return [it]
@@ -110,7 +111,7 @@ def _iter_loaders(facts: Facts, it: cst.BaseExpression, depth: int) -> list[cst.
             return batch_loaders(facts, it.func.value, depth + 1)
         return None
     if isinstance(it, (cst.Name, cst.Attribute)):
-        bs = facts.lookup(it.value, it) if isinstance(it, cst.Name) else facts.self_attr_bindings(it)
+        bs = facts.bindings.lookup(it.value, it) if isinstance(it, cst.Name) else facts.bindings.self_attr_bindings(it)
         if not bs:
             return None
         out: list[cst.Call] = []
@@ -119,7 +120,7 @@ def _iter_loaders(facts: Facts, it: cst.BaseExpression, depth: int) -> list[cst.
                 return None
             sub = _iter_loaders(facts, b.node, depth + 1)
             if sub is None:
-                if facts.has_kind(b.node, "batch", weak=False):
+                if facts.kinds.has_kind(b.node, Kind.BATCH, weak=False):
                     sub = batch_loaders(facts, b.node, depth + 1)
                 if sub is None:
                     return None
@@ -200,7 +201,7 @@ class BlockingHostToDeviceCopy(Rule):
     per_step = True
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        for call in facts.calls():
+        for call in facts.tree.calls():
             name = call_name(call)
             if name not in ("to", "cuda") or not isinstance(call.func, cst.Attribute):
                 continue
@@ -211,20 +212,20 @@ class BlockingHostToDeviceCopy(Rule):
             if name == "to" and len([a for a in call.args if a.keyword is None]) >= 3:
                 continue  # .to(device, dtype, non_blocking) positionally
             recv = call.func.value
-            if not facts.has_kind(recv, "batch", weak=False):
+            if not facts.kinds.has_kind(recv, Kind.BATCH, weak=False):
                 continue
             target = _target_device(facts, call)
-            if target is None or (target == "maybe" and not (facts.is_cuda_code or facts.called_from_cuda_loop)):
+            if target is None or (target == "maybe" and not (facts.devices.is_cuda_code or facts.devices.called_from_cuda_loop)):
                 continue
-            ctx = facts.iteration_context(call)
+            ctx = facts.loops.iteration_context(call)
             if ctx is None:
                 continue
             if ctx.kind == "eval" and not file_trains(facts):
-                host = ctx.node if isinstance(ctx.node, cst.FunctionDef) else facts.enclosing_function(ctx.node)
+                host = ctx.node if isinstance(ctx.node, cst.FunctionDef) else facts.tree.enclosing_function(ctx.node)
                 if host not in facts.step_callers and (host is None or runs_once(facts, host)
                                                        or _called_from_one_pass(facts, host)):
                     continue  # a prediction script run once: no training step waits for it
-            if ctx.kind == "eval" and facts.runs_instead_of_training(ctx.node):
+            if ctx.kind == "eval" and facts.hotpath.runs_instead_of_training(ctx.node):
                 continue  # `if not args.eval: train() else: test()`: no training step waits for it
             if _to_prepared_accelerator_device(facts, call):
                 continue
@@ -281,11 +282,11 @@ class BlockingHostToDeviceCopy(Rule):
 def _called_from_one_pass(facts: Facts, fn: cst.CSTNode) -> bool:
     """A per-batch helper of a file that does not train (`run_model(batch)`), every call of
     which sits in a loop of a function that runs once (a prediction script's single pass)."""
-    if not isinstance(fn, cst.FunctionDef) or facts.parent(fn) is not facts.module:
+    if not isinstance(fn, cst.FunctionDef) or facts.tree.parent(fn) is not facts.module:
         return False
-    calls = facts.calls_named(fn.name.value)
+    calls = facts.tree.calls_named(fn.name.value)
     return bool(calls) and all(
-        (host := facts.enclosing_function(c)) is not None and host is not fn and runs_once(facts, host)
+        (host := facts.tree.enclosing_function(c)) is not None and host is not fn and runs_once(facts, host)
         for c in calls)
 
 
@@ -309,7 +310,7 @@ def _maybe_project_object(facts: Facts, method: str, loaders: list[cst.Call] | N
     its fix do not apply (the fix would raise a TypeError)."""
     if loaders and all(loader_arg(l, "collate_fn") is None for l in loaders):
         return False
-    for cls in facts.index[cst.ClassDef]:
+    for cls in facts.tree.index[cst.ClassDef]:
         body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
         for stmt in body:
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value == method:
@@ -340,18 +341,18 @@ def _to_prepared_accelerator_device(facts: Facts, call: cst.Call) -> bool:
     acc = dev.value.value
     if not isinstance(acc, cst.Name) or not _is_accelerator(facts, acc):
         return False
-    mine = [b.node for b in facts.lookup(acc.value, acc)]
-    for c in facts.calls():
+    mine = [b.node for b in facts.bindings.lookup(acc.value, acc)]
+    for c in facts.tree.calls():
         f = c.func
         if isinstance(f, cst.Attribute) and f.attr.value in ("prepare", "prepare_data_loader") \
                 and isinstance(f.value, cst.Name) and f.value.value == acc.value \
-                and [b.node for b in facts.lookup(acc.value, f.value)] == mine \
-                and any(facts.has_kind(a.value, "dataloader") for a in c.args):
+                and [b.node for b in facts.bindings.lookup(acc.value, f.value)] == mine \
+                and any(facts.kinds.has_kind(a.value, Kind.DATALOADER) for a in c.args):
             return True
     return False
 
 
 def _is_accelerator(facts: Facts, name: cst.Name) -> bool:
-    bs = facts.lookup(name.value, name)
+    bs = facts.bindings.lookup(name.value, name)
     return bool(bs) and all(b.how == "expr" and isinstance(b.node, cst.Call)
-                            and (facts.qualname(b.node.func) or "").endswith("accelerate.Accelerator") for b in bs)
+                            and (facts.tree.qualname(b.node.func) or "").endswith("accelerate.Accelerator") for b in bs)

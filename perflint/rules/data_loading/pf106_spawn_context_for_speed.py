@@ -86,7 +86,7 @@ def _start_method(facts: Facts, expr: cst.BaseExpression) -> str | None:
         v = literal_value(expr.args[0].value)
         return v if isinstance(v, str) else None
     if isinstance(expr, cst.Name):
-        bs = facts.lookup(expr.value, expr)
+        bs = facts.bindings.lookup(expr.value, expr)
         if len(bs) == 1 and bs[0].how == "expr":
             return _start_method(facts, bs[0].node)
     return None

@@ -25,6 +25,7 @@ from perflint.rules.host_sync.values import (
     of_data_sized,
     sized_by_data,
 )
+from perflint.analysis.vocab import Kind
 
 
 _SYNC_METHODS = {"item", "cpu", "numpy", "tolist"}
@@ -38,10 +39,10 @@ def outer_chain(facts: Facts, call: cst.Call) -> Iterator[cst.Call]:
     """Calls that use `call` as their method receiver: `call.cpu().numpy()` → cpu, numpy."""
     cur: cst.CSTNode = call
     while True:
-        attr = facts.parent(cur)
+        attr = facts.tree.parent(cur)
         if not (isinstance(attr, cst.Attribute) and attr.value is cur):
             return
-        outer = facts.parent(attr)
+        outer = facts.tree.parent(attr)
         if not (isinstance(outer, cst.Call) and outer.func is attr):
             return
         yield outer
@@ -73,11 +74,11 @@ def _env_call(facts: Facts, call: cst.CSTNode) -> bool:
         return False
     if call.func.attr.value not in _ENV_METHODS:
         return False
-    if facts.is_optimizer_step(call) or facts.is_scaler_step(call):
+    if facts.steps.is_optimizer_step(call) or facts.steps.is_scaler_step(call):
         return False
-    recv = facts.receiver_text(call.func.value) or ""
+    recv = facts.tree.receiver_text(call.func.value) or ""
     last = recv.rsplit(".", 1)[-1].lower()
-    return "env" in last and not (facts.kinds(call.func.value) & {"optimizer", "scaler", "model"})
+    return "env" in last and not (facts.kinds.of(call.func.value) & {Kind.OPTIMIZER, Kind.SCALER, Kind.MODEL})
 
 
 def feeds_environment(facts: Facts, call: cst.Call) -> bool:
@@ -94,27 +95,27 @@ def feeds_environment(facts: Facts, call: cst.Call) -> bool:
 def _value_feeds_environment(facts: Facts, value: cst.CSTNode, depth: int) -> bool:
     if depth > 3:
         return False
-    parent = facts.parent(value)
+    parent = facts.tree.parent(value)
     if isinstance(parent, cst.Arg):
-        return _env_call(facts, facts.parent(parent))
+        return _env_call(facts, facts.tree.parent(parent))
     if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
         name = parent.targets[0].target.value
-        fn = facts.enclosing_function(parent) or facts.module
-        for node in facts.later_uses(name, fn, facts.order.get(parent.targets[0].target, 0)):
-            arg = facts.parent(node)
-            if isinstance(arg, cst.Arg) and _env_call(facts, facts.parent(arg)):
+        fn = facts.tree.enclosing_function(parent) or facts.module
+        for node in facts.tree.later_uses(name, fn, facts.tree.order.get(parent.targets[0].target, 0)):
+            arg = facts.tree.parent(node)
+            if isinstance(arg, cst.Arg) and _env_call(facts, facts.tree.parent(arg)):
                 return True
         return False
     if isinstance(parent, cst.Return):
         # `def select_action(...): return q(obs).argmax(1).item()` whose result is sent to
         # `env.step(...)` at a call site.
-        fn = facts.enclosing_function(parent)
+        fn = facts.tree.enclosing_function(parent)
         if fn is None:
             return False
         return any(
             isinstance(c.func, cst.Name) and c.func.value == fn.name.value
             and _value_feeds_environment(facts, c, depth + 1)
-            for c in facts.calls()
+            for c in facts.tree.calls()
         )
     return False
 
@@ -128,11 +129,11 @@ def _brackets_a_timer(facts: Facts, call: cst.Call) -> bool:
     block that adds up elapsed time every iteration (`t_model += time.perf_counter() - t0`):
     measuring is the loop's purpose, and the sync is what makes the figure mean anything.
     A sync that feeds a time printed only every N steps is still reported."""
-    where = facts.block_of(call)
+    where = facts.tree.block_of(call)
     if where is None:
         return False
     block, i = where
-    line = facts.statement_of(call)
+    line = facts.tree.statement_of(call)
     body = list(block.body)
     accumulates = any(
         isinstance(st, cst.SimpleStatementLine) and any(_records_elapsed(facts, small) for small in st.body)
@@ -141,15 +142,15 @@ def _brackets_a_timer(facts: Facts, call: cst.Call) -> bool:
     if not accumulates:
         return False
     for st in body[max(i - 1, 0):i + 2]:
-        if st is not line and any(facts.qualname(c.func) in _CLOCKS for c in facts.calls_within(st)):
+        if st is not line and any(facts.tree.qualname(c.func) in _CLOCKS for c in facts.tree.calls_within(st)):
             return True
     # `synchronize()`, then the step's values read and logged, then the clock: nothing is
     # queued on the GPU before the clock is read.
     for st in body[i + 2:i + 10]:
-        calls = list(facts.calls_within(st))
+        calls = list(facts.tree.calls_within(st))
         if any(_heavy_call(facts, c, 0) for c in calls):
             return False
-        if any(facts.qualname(c.func) in _CLOCKS for c in calls):
+        if any(facts.tree.qualname(c.func) in _CLOCKS for c in calls):
             return True
     return False
 
@@ -161,19 +162,19 @@ def _prints_elapsed(facts: Facts, body: list, j: int) -> bool:
     st = body[j]
     if not (isinstance(st, cst.SimpleStatementLine) and len(st.body) == 1 and isinstance(st.body[0], cst.Assign)
             and len(st.body[0].targets) == 1 and isinstance(st.body[0].targets[0].target, cst.Name)
-            and isinstance(st.body[0].value, cst.Call) and facts.qualname(st.body[0].value.func) in _CLOCKS):
+            and isinstance(st.body[0].value, cst.Call) and facts.tree.qualname(st.body[0].value.func) in _CLOCKS):
         return False
     name = st.body[0].targets[0].target.value
     for later in body[j + 1:]:
-        for c in facts.calls_within(later):
+        for c in facts.tree.calls_within(later):
             if call_name(c) not in _LOG_CALLS:
                 continue
             if not any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Subtract)
                        and any(isinstance(side, cst.Name) and side.value == name for side in (n.left, n.right))
                        for n in iter_nodes(c)):
                 continue
-            if not any(isinstance(a, cst.If) and facts.is_throttled_test(a.test)
-                       for a in facts.ancestors(c) if facts.is_inside(a, later) or a is later):
+            if not any(isinstance(a, cst.If) and facts.throttles.is_throttled_test(a.test)
+                       for a in facts.tree.ancestors(c) if facts.tree.is_inside(a, later) or a is later):
                 return True
     return False
 
@@ -191,7 +192,7 @@ def _records_elapsed(facts: Facts, small: cst.BaseSmallStatement) -> bool:
         value = small.value
     else:
         return False
-    return any(isinstance(c, cst.Call) and facts.qualname(c.func) in _CLOCKS for c in iter_nodes(value))
+    return any(isinstance(c, cst.Call) and facts.tree.qualname(c.func) in _CLOCKS for c in iter_nodes(value))
 
 
 def item_sync(facts: Facts, call: cst.CSTNode) -> bool:
@@ -212,7 +213,7 @@ def call_sync(facts: Facts, call: cst.Call) -> tuple[str, str] | None:
     for a sync the code needs (`torch.cuda.synchronize()` that brackets a timer, actions
     sent to an environment), None for no sync."""
     name = call_name(call)
-    q = facts.qualname(call.func)
+    q = facts.tree.qualname(call.func)
     if q == "torch.distributed.barrier":
         return "forced", ""  # the host waits for every rank, and NCCL waits for the device
     if q == "torch.cuda.synchronize":
@@ -228,7 +229,7 @@ def call_sync(facts: Facts, call: cst.Call) -> tuple[str, str] | None:
             return None  # PF201 reports the chain
         if not device_tensor(facts, recv):
             return None
-        if name == "cpu" and facts.has_kind(recv, "model"):
+        if name == "cpu" and facts.kinds.has_kind(recv, Kind.MODEL):
             return None
         if feeds_environment(facts, call):
             return "forced", ""
@@ -257,11 +258,11 @@ def call_sync(facts: Facts, call: cst.Call) -> tuple[str, str] | None:
 def _writer(facts: Facts, recv: cst.BaseExpression) -> bool:
     """A TensorBoard `SummaryWriter` (torch's, tensorboardX's) or something named like one."""
     if isinstance(recv, cst.Name):
-        for b in facts.lookup(recv.value, recv):
+        for b in facts.bindings.lookup(recv.value, recv):
             if b.how == "expr" and isinstance(b.node, cst.Call) and \
-                    (facts.qualname(b.node.func) or dotted(b.node.func) or "").endswith("SummaryWriter"):
+                    (facts.tree.qualname(b.node.func) or dotted(b.node.func) or "").endswith("SummaryWriter"):
                 return True
-    text = (facts.receiver_text(recv) or "").rsplit(".", 1)[-1].lower()
+    text = (facts.tree.receiver_text(recv) or "").rsplit(".", 1)[-1].lower()
     return "writer" in text or text in ("tb", "tb_logger", "tblogger", "summary")
 
 
@@ -283,8 +284,8 @@ def _sync_points(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
     memo[region] = []  # recursion guard
     points: list[cst.CSTNode] = []
     waits_inside: set = set()
-    for call in facts.calls_within(region):
-        ctx = facts.iteration_context(call)
+    for call in facts.tree.calls_within(region):
+        ctx = facts.loops.iteration_context(call)
         if ctx is None or ctx.node is not region:
             continue
         if item_sync(facts, call) or call_sync(facts, call) is not None:
@@ -294,13 +295,13 @@ def _sync_points(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
             points.append(call)
             waits_inside.add(call)
     for cls in (cst.If, cst.While, cst.Assert):
-        for node in facts.nodes_within(region, cls):
-            ctx = facts.iteration_context(node)
+        for node in facts.tree.nodes_within(region, cls):
+            ctx = facts.loops.iteration_context(node)
             if ctx is not None and ctx.node is region and condition_sync(facts, node):
                 points.append(node)
-    points.sort(key=lambda n: facts.order.get(n, 0))
+    points.sort(key=lambda n: facts.tree.order.get(n, 0))
     # `to_cpu(loss).item()`: a helper that reads inside a read is that read, not another one
-    points = [p for p in points if p not in waits_inside or not any(q is not p and facts.is_inside(p, q) for q in points)]
+    points = [p for p in points if p not in waits_inside or not any(q is not p and facts.tree.is_inside(p, q) for q in points)]
     memo[region] = points
     return points
 
@@ -329,8 +330,8 @@ def _unseen_reads(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
     if fetch_copies_blocking(facts, region):
         out.append(region.iter)  # each batch is copied to the device, blocking, as it is fetched
     accumulated = None
-    for call in facts.calls_within(region):
-        ctx = facts.iteration_context(call)
+    for call in facts.tree.calls_within(region):
+        ctx = facts.loops.iteration_context(call)
         if ctx is None or ctx.node is not region or call_sync(facts, call) is not None or item_sync(facts, call):
             continue
         if _logs_device_value(facts, call) or sized_by_data(facts, call) or blocking_host_copy(facts, call):
@@ -341,11 +342,11 @@ def _unseen_reads(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
         recv = call.func.value
         while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and call_name(recv) in ("detach", "cpu"):
             recv = recv.func.value
-        if not facts.kinds(recv) and computed_from_device(facts, recv, 0):
+        if not facts.kinds.of(recv) and computed_from_device(facts, recv, 0):
             out.append(call)
     for cls in (cst.If, cst.While):
-        for node in facts.nodes_within(region, cls):
-            ctx = facts.iteration_context(node)
+        for node in facts.tree.nodes_within(region, cls):
+            ctx = facts.loops.iteration_context(node)
             if ctx is None or ctx.node is not region or condition_sync(facts, node):
                 continue
             if accumulated is None:
@@ -354,7 +355,7 @@ def _unseen_reads(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
                                    if isinstance(n, (cst.Name, cst.Attribute))):
                 out.append(node)
     if len(out) > 1:
-        out.sort(key=lambda n: facts.order.get(n, 0))
+        out.sort(key=lambda n: facts.tree.order.get(n, 0))
     return out
 
 
@@ -375,7 +376,7 @@ def _accumulated_on_device(facts: Facts, region: cst.CSTNode) -> set[str]:
     """Names and `self.` attributes that `region`'s iterations accumulate from a device tensor
     (`self.tokens += (y >= 0).sum()`)."""
     out = set()
-    for node in facts.nodes_within(region, cst.AugAssign):
+    for node in facts.tree.nodes_within(region, cst.AugAssign):
         text = dotted(node.target)
         if text is not None and device_tensor(facts, node.value):
             out.add(text)
@@ -386,16 +387,16 @@ def _callee_waits(facts: Facts, call: cst.Call, region: cst.CSTNode) -> bool:
     """The call waits for the GPU inside: a per-step function of this file that syncs
     (reported there), or a function or model class of the project that does."""
     for fn in _local_callees(facts, call):
-        if fn is not region and facts.step_function_kind(fn) is not None and _sync_points(facts, fn):
+        if fn is not region and facts.loops.step_function_kind(fn) is not None and _sync_points(facts, fn):
             return True
-    return facts.callee_syncs(call)
+    return facts.hotpath.callee_syncs(call)
 
 
 def _local_callees(facts: Facts, call: cst.Call) -> list[cst.FunctionDef]:
     if isinstance(call.func, cst.Name):
-        return list(facts.functions_by_name.get(call.func.value, ()))
+        return list(facts.tree.functions_by_name.get(call.func.value, ()))
     if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and call.func.value.value == "self":
-        return list(facts.functions_by_name.get(call.func.attr.value, ()))
+        return list(facts.tree.functions_by_name.get(call.func.attr.value, ()))
     return []
 
 
@@ -422,9 +423,9 @@ def _stops_inner_loop(facts: Facts, node: cst.If) -> bool:
     to throttle."""
     if not _exits_loop(node.body):
         return False
-    for anc in facts.ancestors(node):
+    for anc in facts.tree.ancestors(node):
         if isinstance(anc, (cst.For, cst.While)):
-            return facts.loop_kind(anc) not in ("train", "eval")
+            return facts.loops.loop_kind(anc) not in ("train", "eval")
         if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
             return False
     return False
@@ -448,9 +449,9 @@ def decides_exit(facts: Facts, point: cst.CSTNode) -> bool:
     cur: cst.CSTNode = point
     for c in outer_chain(facts, point):
         cur = c
-    parent = facts.parent(cur)
+    parent = facts.tree.parent(cur)
     while isinstance(parent, (cst.Subscript, cst.SubscriptElement, cst.Index)):
-        cur, parent = parent, facts.parent(parent)
+        cur, parent = parent, facts.tree.parent(parent)
     return _value_decides_exit(facts, cur, parent, 0)
 
 
@@ -460,17 +461,17 @@ def _value_decides_exit(facts: Facts, cur: cst.CSTNode, parent: cst.CSTNode | No
     that leaves the loop."""
     if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
         target = parent.targets[0].target
-        scope = facts.enclosing_function(parent) or facts.module
-        uses = list(facts.later_uses(target.value, scope, facts.order.get(target, 0)))[:8]
+        scope = facts.tree.enclosing_function(parent) or facts.module
+        uses = list(facts.tree.later_uses(target.value, scope, facts.tree.order.get(target, 0)))[:8]
     else:
         uses = [cur]
     for use in uses:
-        for anc in facts.ancestors(use):
+        for anc in facts.tree.ancestors(use):
             if isinstance(anc, cst.If):
-                if facts.is_inside(use, anc.test) and _stops_inner_loop(facts, anc):
+                if facts.tree.is_inside(use, anc.test) and _stops_inner_loop(facts, anc):
                     return True
                 break
-            if isinstance(anc, cst.Assign) and depth < 2 and use is not cur and facts.is_inside(use, anc.value):
+            if isinstance(anc, cst.Assign) and depth < 2 and use is not cur and facts.tree.is_inside(use, anc.value):
                 if _value_decides_exit(facts, anc.value, anc, depth + 1):
                     return True
                 break
@@ -507,7 +508,7 @@ def _optional(facts: Facts, node: cst.CSTNode, region: cst.CSTNode) -> bool:
     """`node` sits in a branch taken on a switch: `if cfg.save_metrics:`, `if verbose:` (a
     name or an attribute of something other than `self`)."""
     cur = node
-    for a in facts.ancestors(node):
+    for a in facts.tree.ancestors(node):
         if a is region:
             return False
         if isinstance(a, cst.If) and cur is a.body:
@@ -528,7 +529,7 @@ def _group_of(facts: Facts, region: cst.CSTNode) -> dict:
         return memo[region]
     leader: dict = {}
     unseen = _unseen_reads(facts, region)
-    points = sorted([*_sync_points(facts, region), *unseen], key=lambda n: facts.order.get(n, 0)) if unseen \
+    points = sorted([*_sync_points(facts, region), *unseen], key=lambda n: facts.tree.order.get(n, 0)) if unseen \
         else _sync_points(facts, region)
     for i, p in enumerate(points):
         # the latest earlier wait that can run in the same iteration (not the other arm of an `if`)
@@ -551,7 +552,7 @@ def _group_of(facts: Facts, region: cst.CSTNode) -> dict:
 def _host_only_call(facts: Facts, call: cst.Call) -> bool:
     """A call that queues no GPU work: bookkeeping (`len`, `range`, container methods, more
     copies), numpy, the clock, printing."""
-    q = facts.qualname(call.func) or ""
+    q = facts.tree.qualname(call.func) or ""
     return call_name(call) in _TRIVIAL_BETWEEN or q.startswith(_HOST_ROOTS) or q.startswith(("time.", "math.")) \
         or call_name(call) in ("print", "append", "astype", "from_numpy", "update", "set_description", "set_postfix")
 
@@ -566,16 +567,16 @@ def _wrap_around(facts: Facts, region: cst.CSTNode, points: list, leader: dict, 
     fetch = isinstance(region, cst.For) and first is region.iter
     if first not in unseen or not (fetch or (isinstance(first, cst.Call) and blocking_host_copy(facts, first))):
         return
-    where = None if fetch else facts.block_of(first)
+    where = None if fetch else facts.tree.block_of(first)
     if not fetch and (where is None or where[0] is not region.body):
         return  # the copy runs on some iterations only (`if buf_device != device:`)
-    lo, hi = facts.order.get(first, 0), (facts._range(last) or (facts.order.get(last, 0),) * 2)[1]
+    lo, hi = facts.tree.order.get(first, 0), (facts.tree._range(last) or (facts.tree.order.get(last, 0),) * 2)[1]
     test = region.iter if isinstance(region, cst.For) else region.test
     if fetch:
-        lo = (facts._range(first) or (lo, lo))[1]
-    for c in facts.calls_within(region):
-        o = facts.order.get(c, 0)
-        if (o < lo or o > hi) and not facts.is_inside(c, test) and not facts.is_inside(c, first) \
+        lo = (facts.tree._range(first) or (lo, lo))[1]
+    for c in facts.tree.calls_within(region):
+        o = facts.tree.order.get(c, 0)
+        if (o < lo or o > hi) and not facts.tree.is_inside(c, test) and not facts.tree.is_inside(c, first) \
                 and not _host_only_call(facts, c):
             return  # work that may queue GPU kernels before the copy or after the last read
     tail = leader[last]
@@ -588,14 +589,14 @@ def _wrap_around(facts: Facts, region: cst.CSTNode, points: list, leader: dict, 
 
 def exclusive(facts: Facts, a: cst.CSTNode, b: cst.CSTNode) -> bool:
     """`a` and `b` sit in different arms of one `if`/`else`."""
-    set_b = set(facts.ancestors(b))
+    set_b = set(facts.tree.ancestors(b))
     cur = a
-    for node in facts.ancestors(a):
+    for node in facts.tree.ancestors(a):
         if node in set_b:
             if isinstance(node, cst.If):
-                in_body_a = facts.is_inside(a, node.body)
-                in_body_b = facts.is_inside(b, node.body)
-                in_test = facts.is_inside(a, node.test) or facts.is_inside(b, node.test)
+                in_body_a = facts.tree.is_inside(a, node.body)
+                in_body_b = facts.tree.is_inside(b, node.body)
+                in_test = facts.tree.is_inside(a, node.test) or facts.tree.is_inside(b, node.test)
                 return not in_test and in_body_a != in_body_b
             if isinstance(node, cst.Else):
                 return False
@@ -613,14 +614,14 @@ def _gpu_work_between(facts: Facts, region: cst.CSTNode, prev: cst.CSTNode, node
     microseconds once the queue has drained: a read after them waits for almost nothing.
     `strict` (a blocking copy at either end, a wait only by its side effect): any call but
     host bookkeeping counts (`self.model(x)` of a model of unknown kind)."""
-    if facts.is_inside(node, prev):
+    if facts.tree.is_inside(node, prev):
         return False  # a print inside the `if` on a tensor: waited for by the test
-    lo = facts.order.get(prev, 0)
-    end = (facts._range(prev) or (lo, lo))[1]
-    hi = facts.order.get(node, 0)
-    for c in facts.calls_within(region):
-        o = facts.order.get(c, 0)
-        if c is node or not (end < o < hi or facts.is_inside(c, node)):
+    lo = facts.tree.order.get(prev, 0)
+    end = (facts.tree._range(prev) or (lo, lo))[1]
+    hi = facts.tree.order.get(node, 0)
+    for c in facts.tree.calls_within(region):
+        o = facts.tree.order.get(c, 0)
+        if c is node or not (end < o < hi or facts.tree.is_inside(c, node)):
             continue  # (what `node` itself computes before reading counts too: `model(x).cpu()`)
         if _heavy_call(facts, c, 0) or (strict and not _host_only_call(facts, c) and not _small_kernel(facts, c)):
             return True
@@ -629,21 +630,21 @@ def _gpu_work_between(facts: Facts, region: cst.CSTNode, prev: cst.CSTNode, node
 
 def _small_kernel(facts: Facts, call: cst.Call) -> bool:
     """A torch op or tensor method (elementwise, reduction, view): microseconds of GPU work."""
-    q = facts.qualname(call.func) or ""
-    return q.startswith("torch.") or (isinstance(call.func, cst.Attribute) and "tensor" in facts.kinds(call.func.value))
+    q = facts.tree.qualname(call.func) or ""
+    return q.startswith("torch.") or (isinstance(call.func, cst.Attribute) and Kind.TENSOR in facts.kinds.of(call.func.value))
 
 
 def _heavy_call(facts: Facts, call: cst.Call, depth: int) -> bool:
-    if facts.is_backward_call(call) or facts.is_optimizer_step(call) or facts.is_scaler_call_step(call):
+    if facts.steps.is_backward_call(call) or facts.steps.is_optimizer_step(call) or facts.steps.is_scaler_call_step(call):
         return True
-    ks = facts.kinds(call.func)
-    if "model" in ks or "~model" in ks or (isinstance(call.func, cst.Name) and call.func.value == "self"):
+    ks = facts.kinds.of(call.func)
+    if Kind.MODEL in ks or Kind.NAMED_MODEL in ks or (isinstance(call.func, cst.Name) and call.func.value == "self"):
         return True
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("forward", "generate"):
         return True
     if depth < 2:
         for fn in _local_callees(facts, call):
-            if any(_heavy_call(facts, c, depth + 1) for c in facts.calls_within(fn)):
+            if any(_heavy_call(facts, c, depth + 1) for c in facts.tree.calls_within(fn)):
                 return True
     return False
 
@@ -654,26 +655,26 @@ def waits_at_once(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> bool:
     `sequence_mask(lengths)` helper doing `int(lengths.max())`) comes before any real GPU
     work (a model call, backward, an optimizer step).  A copy that is waited for at once
     overlaps with nothing, made asynchronous or not."""
-    for a in facts.ancestors(node):
+    for a in facts.tree.ancestors(node):
         if isinstance(a, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
             break
         if isinstance(a, cst.Call) and _heavy_call(facts, a, 0):
             return False  # `model(x.to(device))`: the model's work is queued right after the copy
     # From the end of the copy: a blocking copy of a host tensor later in the same statement
     # (`data, onehot = data.to(d), torch.from_numpy(a).to(d)`) already waits.
-    start = (facts._range(node) or (facts.order.get(node, 0),) * 2)[1]
+    start = (facts.tree._range(node) or (facts.tree.order.get(node, 0),) * 2)[1]
     points = [p for p in [*_sync_points(facts, region), *_unseen_reads(facts, region)]
-              if facts.order.get(p, 0) > start and not exclusive(facts, node, p)]
+              if facts.tree.order.get(p, 0) > start and not exclusive(facts, node, p)]
     if not points:
         return False
-    first = min(points, key=lambda p: facts.order.get(p, 0))
+    first = min(points, key=lambda p: facts.tree.order.get(p, 0))
     if _optional(facts, first, region) or _gpu_work_between(facts, region, node, first):
         return False
     # Nothing else runs in between but more copies and container bookkeeping: a call of
     # unknown kind there (`model(batch.x)` on a model handed in by name only) may queue the
     # work the copy would overlap with.
-    lo, hi = start, facts.order.get(first, 0)
-    return all(call_name(c) in _TRIVIAL_BETWEEN for c in facts.calls_within(region) if lo < facts.order.get(c, 0) < hi)
+    lo, hi = start, facts.tree.order.get(first, 0)
+    return all(call_name(c) in _TRIVIAL_BETWEEN for c in facts.tree.calls_within(region) if lo < facts.tree.order.get(c, 0) < hi)
 
 
 # Calls that queue no GPU work and do next to no host work: more copies to the device, the
@@ -710,15 +711,15 @@ def host_data_needed(facts: Facts, node: cst.CSTNode) -> bool:
     for c in outer_chain(facts, node):
         outer = c
     values = [outer]
-    parent = facts.parent(outer)
+    parent = facts.tree.parent(outer)
     if isinstance(parent, cst.Attribute) and parent.value is outer:
-        grand = facts.parent(parent)
+        grand = facts.tree.parent(parent)
         if isinstance(grand, cst.Call) and grand.func is parent:
             return True  # `.cpu().numpy().astype(np.uint8)`: numpy work on the copy
     if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
         name = parent.targets[0].target.value
-        fn = facts.enclosing_function(parent) or facts.module
-        values = list(facts.later_uses(name, fn, facts.order.get(parent.targets[0].target, 0)))[:20]
+        fn = facts.tree.enclosing_function(parent) or facts.module
+        values = list(facts.tree.later_uses(name, fn, facts.tree.order.get(parent.targets[0].target, 0)))[:20]
     for v in values:
         if _consumed_on_host(facts, v):
             return True
@@ -727,20 +728,20 @@ def host_data_needed(facts: Facts, node: cst.CSTNode) -> bool:
 
 def _consumed_on_host(facts: Facts, value: cst.CSTNode) -> bool:
     cur = value
-    for a in facts.ancestors(value):
+    for a in facts.tree.ancestors(value):
         if isinstance(a, cst.Arg):
-            call = facts.parent(a)
+            call = facts.tree.parent(a)
             if isinstance(call, cst.Call):
-                q = facts.qualname(call.func) or ""
+                q = facts.tree.qualname(call.func) or ""
                 if q.startswith(_HOST_ROOTS) or (call_name(call) or "") in _HOST_CALLS:
                     return True
             return False
         if isinstance(a, cst.For) and cur is a.iter:
             return True  # a Python loop over the host values
-        if isinstance(a, cst.Attribute) and a.value is cur and isinstance(facts.parent(a), cst.Call):
-            q = facts.qualname(a) or ""
+        if isinstance(a, cst.Attribute) and a.value is cur and isinstance(facts.tree.parent(a), cst.Call):
+            q = facts.tree.qualname(a) or ""
             if a.attr.value in ("astype", "transpose", "squeeze", "reshape") and not q.startswith("torch."):
-                return "numpy" in facts.kinds(cur) or call_name(value) == "numpy"
+                return Kind.NUMPY in facts.kinds.of(cur) or call_name(value) == "numpy"
             return False
         if isinstance(a, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             return False
@@ -762,7 +763,7 @@ def _bare_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
         return False  # `.item()` is PF201's
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in ("float", "int", "len", "str", "round"):
         return False
-    return device_tensor(facts, expr) and not facts.has_kind(expr, "model")
+    return device_tensor(facts, expr) and not facts.kinds.has_kind(expr, Kind.MODEL)
 
 
 def _tensor_condition(facts: Facts, test: cst.BaseExpression) -> bool:
@@ -778,7 +779,7 @@ def _tensor_condition(facts: Facts, test: cst.BaseExpression) -> bool:
         sides = [test.left] + [c.comparator for c in test.comparisons]
         return any(_strong_tensor(facts, s) for s in sides)
     if isinstance(test, cst.Call):
-        q = facts.qualname(test.func) or ""
+        q = facts.tree.qualname(test.func) or ""
         if q.startswith("torch.") and q.rsplit(".", 1)[-1] in ("isnan", "isinf", "isfinite", "any", "all", "equal", "allclose", "is_nonzero"):
             return any(device_tensor(facts, a.value) for a in test.args) or q.endswith(("equal", "allclose"))
         if isinstance(test.func, cst.Attribute) and call_name(test) in ("any", "all", "isnan", "isinf", "is_nonzero", "equal", "allclose"):
@@ -788,7 +789,7 @@ def _tensor_condition(facts: Facts, test: cst.BaseExpression) -> bool:
 
 
 def _strong_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
-    ks = facts.kinds(expr)
+    ks = facts.kinds.of(expr)
     if host_value(facts, expr):
         return False
-    return bool(ks & {"loss", "device_tensor"}) or ("torch_op" in ks and "cpu_tensor" not in ks)
+    return bool(ks & {Kind.LOSS, Kind.DEVICE_TENSOR}) or (Kind.TORCH_OP in ks and Kind.CPU_TENSOR not in ks)

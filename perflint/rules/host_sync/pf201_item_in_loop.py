@@ -16,6 +16,7 @@ from perflint.rules.host_sync.helpers import (
     outer_chain,
     waited_before,
 )
+from perflint.analysis.vocab import Kind
 
 
 _LOSS_HINT = (
@@ -52,7 +53,7 @@ _COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge", "isclose", "logical_not", "l
 def _in_condition(facts: Facts, node: cst.CSTNode) -> bool:
     """`node` is read by the test of an `if`/`while`/conditional expression/`assert`."""
     cur = node
-    for parent in facts.ancestors(node):
+    for parent in facts.tree.ancestors(node):
         if isinstance(parent, (cst.If, cst.While, cst.IfExp)) and cur is parent.test:
             return True
         if isinstance(parent, cst.Assert) and cur is parent.test:
@@ -71,10 +72,10 @@ def _feeds_condition(facts: Facts, call: cst.Call) -> bool:
         outer = c
     if _in_condition(facts, outer):
         return True
-    parent = facts.parent(outer)
+    parent = facts.tree.parent(outer)
     if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
         name = parent.targets[0].target.value
-        where = facts.block_of(parent)
+        where = facts.tree.block_of(parent)
         if where is None:
             return False
         block, i = where
@@ -97,7 +98,7 @@ def _sizes_host_work(facts: Facts, call: cst.Call) -> bool:
     for c in outer_chain(facts, call):
         outer = c
     cur = outer
-    for a in facts.ancestors(outer):
+    for a in facts.tree.ancestors(outer):
         if isinstance(a, (cst.BinaryOperation, cst.UnaryOperation, cst.Arg, cst.Element, cst.List, cst.Tuple)):
             cur = a
             continue
@@ -109,11 +110,11 @@ def _sizes_host_work(facts: Facts, call: cst.Call) -> bool:
         return True
     if _param_used_as_size(facts, cur):
         return True
-    parent = facts.parent(cur)
+    parent = facts.tree.parent(cur)
     if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
         name = parent.targets[0].target.value
-        scope = facts.enclosing_function(parent) or facts.module
-        for use in list(facts.later_uses(name, scope, facts.order.get(parent.targets[0].target, 0)))[:12]:
+        scope = facts.tree.enclosing_function(parent) or facts.module
+        for use in list(facts.tree.later_uses(name, scope, facts.tree.order.get(parent.targets[0].target, 0)))[:12]:
             if _used_as_size(facts, use):
                 return True
     return False
@@ -123,25 +124,25 @@ def _param_used_as_size(facts: Facts, node: cst.CSTNode) -> bool:
     """`node` is an argument of a call of a function of this file (a nested helper too) whose
     parameter is used as an index or a size there (`pick(x, rot.item())` where `pick` does
     `TRANSFORMS[rot](x)`)."""
-    arg = node if isinstance(node, cst.Arg) else facts.parent(node)
-    call = facts.parent(arg) if isinstance(arg, cst.Arg) else None
+    arg = node if isinstance(node, cst.Arg) else facts.tree.parent(node)
+    call = facts.tree.parent(arg) if isinstance(arg, cst.Arg) else None
     if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name) or arg.star:
         return False
-    fns = facts.functions_by_name.get(call.func.value) or []
+    fns = facts.tree.functions_by_name.get(call.func.value) or []
     name = param_for(fns[0], call, arg) if len(fns) == 1 else None
     if name is None:
         return False
     fn = fns[0]
-    return any(_used_as_size(facts, use) for use in list(facts.later_uses(name, fn, facts.order.get(fn.body, 0)))[:12])
+    return any(_used_as_size(facts, use) for use in list(facts.tree.later_uses(name, fn, facts.tree.order.get(fn.body, 0)))[:12])
 
 
 def _used_as_size(facts: Facts, node: cst.CSTNode) -> bool:
     cur = node
-    for a in facts.ancestors(node):
+    for a in facts.tree.ancestors(node):
         if isinstance(a, (cst.Slice, cst.SubscriptElement, cst.Index)):
             return True
         if isinstance(a, cst.Call):
-            q = facts.qualname(a.func) or ""
+            q = facts.tree.qualname(a.func) or ""
             if (isinstance(a.func, cst.Name) and a.func.value == "range") or q.startswith(("numpy.random.", "random.")):
                 return True
             if isinstance(a.func, cst.Name) and a.func.value in _SIZING_WRAPPERS:
@@ -157,7 +158,7 @@ def _used_as_size(facts: Facts, node: cst.CSTNode) -> bool:
 def _single_value(facts: Facts, expr: cst.BaseExpression) -> cst.BaseExpression:
     """What a name stands for when it is bound once (`acc = (p == y).float().mean()`)."""
     if isinstance(expr, cst.Name):
-        bs = facts.lookup(expr.value, expr)
+        bs = facts.bindings.lookup(expr.value, expr)
         if len(bs) == 1 and bs[0].how == "expr" and isinstance(bs[0].node, cst.BaseExpression):
             return bs[0].node
     return expr
@@ -184,11 +185,11 @@ def _is_loss(facts: Facts, expr: cst.BaseExpression) -> bool:
         cur = cur.func.value
     while isinstance(cur, cst.Subscript):
         cur = cur.value  # `loss_fn(...)[0]`: the first output of a loss function
-    if "loss" in facts.kinds(cur):
+    if Kind.LOSS in facts.kinds.of(cur):
         return True
     if isinstance(cur, cst.Call):
         return "loss" in (call_name(cur) or "").lower()
-    text = facts.receiver_text(cur) if isinstance(cur, (cst.Name, cst.Attribute)) else None
+    text = facts.tree.receiver_text(cur) if isinstance(cur, (cst.Name, cst.Attribute)) else None
     return text is not None and "loss" in text.rsplit(".", 1)[-1].lower()
 
 
@@ -303,15 +304,15 @@ class ItemInLoop(Rule):
     per_step = True
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        if not facts.may_use_accelerator:
+        if not facts.filewide.may_use_accelerator:
             return  # everything is on the CPU: `.item()` costs nothing
-        for call in facts.calls():
+        for call in facts.tree.calls():
             if not item_sync(facts, call):
                 continue
-            ctx = facts.iteration_context(call)
+            ctx = facts.loops.iteration_context(call)
             if ctx is None or feeds_environment(facts, call):
                 continue
-            why = facts.hot_path(call)
+            why = facts.hotpath.hot_path(call)
             if why is None:
                 continue  # not part of training: an inference script, a tool, a check
             if waited_before(facts, ctx.node, call, collected=True) is not None:

@@ -93,13 +93,13 @@ class HostSyncInLoop(Rule):
     default = False  # held-out whole-repository review: 0.60, 0.40, 0.63 (see "Applies to")
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        if not facts.may_use_accelerator:
+        if not facts.filewide.may_use_accelerator:
             return
-        for call in facts.calls():
+        for call in facts.tree.calls():
             v = self._call(facts, call)
             if v is not None:
                 yield v
-        for node in (*facts.index[cst.If], *facts.index[cst.While], *facts.index[cst.Assert]):
+        for node in (*facts.tree.index[cst.If], *facts.tree.index[cst.While], *facts.tree.index[cst.Assert]):
             if not condition_sync(facts, node):
                 continue
             v = self._per_step(facts, node, "", node)
@@ -120,10 +120,10 @@ class HostSyncInLoop(Rule):
     def _per_step(facts: Facts, node: cst.CSTNode, message: str, report: cst.CSTNode) -> Violation | None:
         """The finding for a sync at `node` when it runs on every step of training (or of
         an evaluation during training) and is the first wait of its iteration."""
-        ctx = facts.iteration_context(node)
+        ctx = facts.loops.iteration_context(node)
         if ctx is None:
             return None
-        why = facts.hot_path(node)
+        why = facts.hotpath.hot_path(node)
         if why is None:
             return None
         if waited_before(facts, ctx.node, node) is not None:

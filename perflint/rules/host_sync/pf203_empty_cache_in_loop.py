@@ -63,11 +63,11 @@ class EmptyCacheInLoop(Rule):
     def check(self, facts: Facts) -> Iterator[Violation]:
         wanted = {"torch.cuda.empty_cache", "torch.accelerator.memory.empty_cache", "torch.mps.empty_cache",
                   "torch.xpu.empty_cache", "gc.collect"}
-        for call in facts.calls():
-            q = facts.qualname(call.func)
+        for call in facts.tree.calls():
+            q = facts.tree.qualname(call.func)
             if q not in wanted:
                 continue
-            why = facts.hot_path(call)
+            why = facts.hotpath.hot_path(call)
             if why is None:
                 continue  # not on every step of training (or of an evaluation during training)
             if q == "gc.collect":

@@ -9,6 +9,7 @@ import libcst as cst
 from perflint.analysis import Facts, call_name, iter_nodes
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.host_sync.helpers import inner_chain
+from perflint.analysis.vocab import Kind
 
 
 _LOGGING_CONSUMERS = {"print", "float", "int", "str", "round", "format", "len", "repr", "abs", "max", "min"}
@@ -78,24 +79,24 @@ class LossAccumulatedWithGraph(Rule):
     per_step = True
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        for node in facts.index[cst.AugAssign]:
+        for node in facts.tree.index[cst.AugAssign]:
             if isinstance(node.operator, cst.AddAssign):
                 yield from self._candidate(facts, node, node.target, node.value, node)
-        for node in facts.index[cst.Assign]:
+        for node in facts.tree.index[cst.Assign]:
             if len(node.targets) != 1 or not isinstance(node.value, cst.BinaryOperation):
                 continue
             target = node.targets[0].target
             op = node.value
             if not isinstance(op.operator, cst.Add):
                 continue
-            tname = facts.receiver_text(target)
+            tname = facts.tree.receiver_text(target)
             if tname is None:
                 continue
-            if facts.receiver_text(op.left) == tname:
+            if facts.tree.receiver_text(op.left) == tname:
                 yield from self._candidate(facts, node, target, op.right, node)
-            elif facts.receiver_text(op.right) == tname:
+            elif facts.tree.receiver_text(op.right) == tname:
                 yield from self._candidate(facts, node, target, op.left, node)
-        for call in facts.calls():
+        for call in facts.tree.calls():
             if call_name(call) != "append" or len(call.args) != 1 or not isinstance(call.func, cst.Attribute):
                 continue
             yield from self._candidate(facts, call, call.func.value, call.args[0].value, call)
@@ -103,20 +104,20 @@ class LossAccumulatedWithGraph(Rule):
     def _candidate(self, facts: Facts, stmt, target, value, report) -> Iterator[Violation]:
         if not self._loss_with_graph(facts, value):
             return
-        info = facts.iteration_context(stmt)
+        info = facts.loops.iteration_context(stmt)
         if info is None:
             return  # not once per step: a loop inside one step (per-sample or per-head terms)
         loop = info.node
-        if facts.grad_context(stmt) == "off":
+        if facts.grad.grad_context(stmt) == "off":
             return
-        acc = facts.receiver_text(target)
+        acc = facts.tree.receiver_text(target)
         if acc is None:
             return
         if _reset_each_step(facts, target, stmt, loop):
             return  # bound afresh in each step: the graph lives one step, as the step needs
         if reaches_backward(facts, stmt, acc):
             return  # the sum is what is backpropagated: detaching it would drop its gradients
-        why = facts.hot_path(stmt)
+        why = facts.hotpath.hot_path(stmt)
         if why is None:
             return
         verdict = _accumulator_uses(facts, stmt, acc)
@@ -142,44 +143,44 @@ class LossAccumulatedWithGraph(Rule):
 
     @staticmethod
     def _loop(facts: Facts, node: cst.CSTNode) -> cst.CSTNode | None:
-        for a in facts.ancestors(node):
+        for a in facts.tree.ancestors(node):
             if isinstance(a, (cst.For, cst.While)):
                 return a
             if isinstance(a, cst.FunctionDef):
-                return a if facts.step_function_kind(a) is not None else None
+                return a if facts.loops.step_function_kind(a) is not None else None
             if isinstance(a, (cst.Lambda, cst.ClassDef)):
                 return None
         return None
 
     @staticmethod
     def _backward_each_step(facts: Facts, loop: cst.CSTNode, value: cst.BaseExpression) -> bool:
-        name = facts.receiver_text(value)
-        for call in facts.calls_within(loop):
-            if facts.is_backward_call(call) and isinstance(call.func, cst.Attribute):
-                if name is None or facts.receiver_text(call.func.value) == name:
+        name = facts.tree.receiver_text(value)
+        for call in facts.tree.calls_within(loop):
+            if facts.steps.is_backward_call(call) and isinstance(call.func, cst.Attribute):
+                if name is None or facts.tree.receiver_text(call.func.value) == name:
                     return True
         return False
 
     def _loss_with_graph(self, facts: Facts, value: cst.BaseExpression) -> bool:
-        ks = facts.kinds(value)
-        if "detached" in ks or "number" in ks:
+        ks = facts.kinds.of(value)
+        if Kind.DETACHED in ks or Kind.NUMBER in ks:
             return False
-        if facts.computed_without_grad(value):
+        if facts.grad.computed_without_grad(value):
             return False
         for c in inner_chain(value):
             if call_name(c) in ("detach", "item", "cpu", "tolist", "numpy", "detach_"):
                 return False
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("float", "int"):
             return False
-        if "loss" in ks:
+        if Kind.LOSS in ks:
             return True
         # A name that is `.backward()`ed somewhere in the same function.
         if isinstance(value, cst.Name):
-            fn = facts.enclosing_function(value)
+            fn = facts.tree.enclosing_function(value)
             scope = fn if fn is not None else facts.module
-            for call in facts.calls_within(scope):
-                if facts.is_backward_call(call) and isinstance(call.func, cst.Attribute):
-                    if facts.receiver_text(call.func.value) == value.value:
+            for call in facts.tree.calls_within(scope):
+                if facts.steps.is_backward_call(call) and isinstance(call.func, cst.Attribute):
+                    if facts.tree.receiver_text(call.func.value) == value.value:
                         return True
         return False
 
@@ -190,16 +191,16 @@ def _reset_each_step(facts: Facts, target: cst.CSTNode, stmt: cst.CSTNode, regio
     `terms.append(...)`). It holds one step's graph, which that step needs anyway."""
     if not isinstance(target, cst.Name):
         return False
-    for b in facts.lookup(target.value, stmt):
+    for b in facts.bindings.lookup(target.value, stmt):
         site = b.site
-        if site is None or site is stmt or facts.is_inside(stmt, site):
+        if site is None or site is stmt or facts.tree.is_inside(stmt, site):
             continue
         if b.how == "param":
             continue
         if isinstance(region, cst.FunctionDef):
-            if facts.scope_of(target) is region and facts.is_inside(site, region):
+            if facts.tree.scope_of(target) is region and facts.tree.is_inside(site, region):
                 return True
-        elif facts.is_inside(site, region.body) and facts.order.get(site, 0) < facts.order.get(stmt, 0):
+        elif facts.tree.is_inside(site, region.body) and facts.tree.order.get(site, 0) < facts.tree.order.get(stmt, 0):
             return True
     return False
 
@@ -211,7 +212,7 @@ def reaches_backward(facts: Facts, stmt: cst.CSTNode, acc: str) -> bool:
     `accelerator.backward(it)`, `manual_backward(it)`, or a callable scaler given it with an
     optimizer (`loss_scaler(loss, optimizer)`). Such a sum must never be detached; PF204
     does not report it (and so never offers the fix)."""
-    fn = facts.enclosing_function(stmt)
+    fn = facts.tree.enclosing_function(stmt)
     scope = fn if fn is not None else facts.module
     tainted = {acc}
     assigns = [n for n in iter_nodes(scope) if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))]
@@ -224,23 +225,23 @@ def reaches_backward(facts: Facts, stmt: cst.CSTNode, acc: str) -> bool:
             targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
             for t in targets:
                 for name in iter_nodes(t):
-                    text = facts.receiver_text(name) if isinstance(name, (cst.Name, cst.Attribute)) else None
-                    if text and text not in tainted and not (isinstance(name, cst.Name) and isinstance(facts.parent(name), cst.Attribute)):
+                    text = facts.tree.receiver_text(name) if isinstance(name, (cst.Name, cst.Attribute)) else None
+                    if text and text not in tainted and not (isinstance(name, cst.Name) and isinstance(facts.tree.parent(name), cst.Attribute)):
                         tainted.add(text)
                         grew = True
         if not grew:
             break
-    for call in facts.calls_within(scope):
+    for call in facts.tree.calls_within(scope):
         name = call_name(call)
-        q = facts.qualname(call.func) or ""
+        q = facts.tree.qualname(call.func) or ""
         pieces: list[cst.CSTNode] = [a.value for a in call.args]
         if name in ("backward", "manual_backward") and isinstance(call.func, cst.Attribute):
             pieces.append(call.func.value)
         elif q in ("torch.autograd.grad", "torch.autograd.backward"):
             pass
-        elif name == "scale" and isinstance(call.func, cst.Attribute) and facts.has_kind(call.func.value, "scaler"):
+        elif name == "scale" and isinstance(call.func, cst.Attribute) and facts.kinds.has_kind(call.func.value, Kind.SCALER):
             pass
-        elif facts.is_scaler_call_step(call):
+        elif facts.steps.is_scaler_call_step(call):
             pass
         else:
             continue
@@ -251,7 +252,7 @@ def reaches_backward(facts: Facts, stmt: cst.CSTNode, acc: str) -> bool:
 
 def _mentions(facts: Facts, expr: cst.CSTNode, names: set[str]) -> bool:
     for n in iter_nodes(expr):
-        if isinstance(n, (cst.Name, cst.Attribute)) and facts.receiver_text(n) in names:
+        if isinstance(n, (cst.Name, cst.Attribute)) and facts.tree.receiver_text(n) in names:
             return True
     return False
 
@@ -264,16 +265,16 @@ _LOG_METHODS = {"info", "debug", "warning", "log", "add_scalar", "add_scalars", 
 def _accumulator_uses(facts: Facts, stmt: cst.CSTNode, acc: str, depth: int = 0) -> str:
     """How an accumulator is used in its function: "backprop" (reaches autograd),
     "returned", "other" (flows somewhere the linter cannot follow) or "reads" (only read)."""
-    fn = facts.enclosing_function(stmt)
+    fn = facts.tree.enclosing_function(stmt)
     scope = fn if fn is not None else facts.module
     worst = "reads"
     rank = {"reads": 0, "other": 1, "returned": 2, "backprop": 3}
     for node in iter_nodes(scope):
-        if not isinstance(node, (cst.Name, cst.Attribute)) or facts.receiver_text(node) != acc:
+        if not isinstance(node, (cst.Name, cst.Attribute)) or facts.tree.receiver_text(node) != acc:
             continue
-        parent = facts.parent(node)
+        parent = facts.tree.parent(node)
         if isinstance(parent, cst.Attribute) and parent.value is node:
-            if facts.receiver_text(parent) is not None and not isinstance(facts.parent(parent), cst.Call):
+            if facts.tree.receiver_text(parent) is not None and not isinstance(facts.tree.parent(parent), cst.Call):
                 continue  # part of a longer dotted name, e.g. `acc.shape`
         use = _classify(facts, node, stmt, depth)
         if rank[use] > rank[worst]:
@@ -282,20 +283,20 @@ def _accumulator_uses(facts: Facts, stmt: cst.CSTNode, acc: str, depth: int = 0)
 
 
 def _classify(facts: Facts, node: cst.CSTNode, stmt: cst.CSTNode, depth: int) -> str:
-    parent = facts.parent(node)
+    parent = facts.tree.parent(node)
     if isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.AugAssign) and parent.target is node):
         return "reads"  # a (re)binding or the accumulation itself
     cur: cst.CSTNode = node
     derived = False  # passed through a call the linter cannot see into
-    for a in facts.ancestors(node):
+    for a in facts.tree.ancestors(node):
         if isinstance(a, cst.Attribute) and a.value is cur:
             continue  # `acc.item` — judged at the call
         if isinstance(a, cst.Call):
             name = call_name(a)
-            q = facts.qualname(a.func) or ""
+            q = facts.tree.qualname(a.func) or ""
             if name in ("backward", "manual_backward") or q in ("torch.autograd.grad", "torch.autograd.backward"):
                 return "backprop"
-            if name == "scale" and isinstance(a.func, cst.Attribute) and facts.has_kind(a.func.value, "scaler"):
+            if name == "scale" and isinstance(a.func, cst.Attribute) and facts.kinds.has_kind(a.func.value, Kind.SCALER):
                 return "backprop"
             on_receiver = isinstance(a.func, cst.Attribute) and a.func.value is cur
             if on_receiver and name in _READ_METHODS:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from perflint.analysis import Facts, call_name, get_arg
-from perflint.analysis.vocab import SIZE_FACTORIES
+from perflint.analysis.vocab import Kind, SIZE_FACTORIES
 
 
 DATA_SIZED = {"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"}
@@ -17,14 +17,14 @@ DATA_SIZED = {"nonzero", "argwhere", "masked_select", "unique", "unique_consecut
 def cpu_factory(facts: Facts, expr: cst.BaseExpression) -> bool:
     """`torch.randn(1).clip(-2, 2)`: a tensor a torch factory made with no `device=` (so on the
     CPU, unless the file changes the default device), through methods of it."""
-    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not facts.qualname(expr.func):
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not facts.tree.qualname(expr.func):
         expr = expr.func.value
     if not isinstance(expr, cst.Call):
         return False
-    q = facts.qualname(expr.func) or ""
+    q = facts.tree.qualname(expr.func) or ""
     if not (q.startswith("torch.") and q.count(".") == 1 and q[6:] in SIZE_FACTORIES) or get_arg(expr, "device") is not None:
         return False
-    return not facts.calls_to("torch.set_default_device") and not facts.calls_to("torch.set_default_tensor_type")
+    return not facts.tree.calls_to("torch.set_default_device") and not facts.tree.calls_to("torch.set_default_tensor_type")
 
 
 def copied_to_host(facts: Facts, expr: cst.BaseExpression) -> bool:
@@ -33,11 +33,11 @@ def copied_to_host(facts: Facts, expr: cst.BaseExpression) -> bool:
     costs nothing; the wait was that earlier `.cpu()`."""
     if not isinstance(expr, cst.Name):
         return False
-    bs = facts.lookup(expr.value, expr)
+    bs = facts.bindings.lookup(expr.value, expr)
     if len(bs) != 1 or bs[0].how != "expr":
         return False
     node = bs[0].node
-    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and not facts.qualname(node.func):
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and not facts.tree.qualname(node.func):
         name = call_name(node)
         if name in ("to", "cuda"):
             return False
@@ -54,7 +54,7 @@ def of_data_sized(facts: Facts, expr: cst.BaseExpression) -> bool:
     while isinstance(expr, cst.Subscript):
         expr = expr.value
     if isinstance(expr, cst.Name):
-        bs = facts.lookup(expr.value, expr)
+        bs = facts.bindings.lookup(expr.value, expr)
         if len(bs) != 1 or bs[0].how != "expr":
             return False
         expr = bs[0].node
@@ -64,12 +64,12 @@ def of_data_sized(facts: Facts, expr: cst.BaseExpression) -> bool:
         return False
     name = call_name(expr)
     return name in DATA_SIZED or (name == "where" and len(expr.args) == 1
-                                  and (facts.qualname(expr.func) or "").startswith("torch."))
+                                  and (facts.tree.qualname(expr.func) or "").startswith("torch."))
 
 
 def maybe_on_device(facts: Facts, expr: cst.BaseExpression) -> bool:
     """A device tensor, or a value of unknown kind that a call computed from one."""
-    return device_tensor(facts, expr) or (not facts.kinds(expr) and computed_from_device(facts, expr, 0))
+    return device_tensor(facts, expr) or (not facts.kinds.of(expr) and computed_from_device(facts, expr, 0))
 
 
 def sized_by_data(facts: Facts, call: cst.Call) -> bool:
@@ -77,7 +77,7 @@ def sized_by_data(facts: Facts, call: cst.Call) -> bool:
     `.nonzero()`, `torch.unique(x)`, `torch.where(cond)` with one argument …, of a value that
     may be on the device."""
     name = call_name(call)
-    q = facts.qualname(call.func) or ""
+    q = facts.tree.qualname(call.func) or ""
     if q.startswith("torch.") and (name in DATA_SIZED or (name == "where" and len(call.args) == 1)):
         return bool(call.args) and maybe_on_device(facts, call.args[0].value)
     if isinstance(call.func, cst.Attribute) and name in DATA_SIZED and not q.startswith(("numpy.", "np.")):
@@ -87,14 +87,14 @@ def sized_by_data(facts: Facts, call: cst.Call) -> bool:
 
 def host_value(facts: Facts, expr: cst.BaseExpression) -> bool:
     """A value known to live on the host already: numbers, numpy, CPU tensors."""
-    ks = facts.kinds(expr)
+    ks = facts.kinds.of(expr)
     if not ks:
         return False
-    if ks & {"number", "numpy", "int"} and not ks & {"tensor", "loss", "output"}:
+    if ks & {Kind.NUMBER, Kind.NUMPY, Kind.INT} and not ks & {Kind.TENSOR, Kind.LOSS, Kind.OUTPUT}:
         return True
-    if "cpu_tensor" in ks and "device_tensor" not in ks:
+    if Kind.CPU_TENSOR in ks and Kind.DEVICE_TENSOR not in ks:
         return True
-    if "batch" in ks and "device_tensor" not in ks and not ks & {"loss", "output"}:
+    if Kind.BATCH in ks and Kind.DEVICE_TENSOR not in ks and not ks & {Kind.LOSS, Kind.OUTPUT}:
         return True  # straight from the DataLoader: still on the CPU
     return False
 
@@ -102,10 +102,10 @@ def host_value(facts: Facts, expr: cst.BaseExpression) -> bool:
 def device_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
     """A tensor that is (or may be) on the accelerator: losses, model outputs, torch results
     that are not known CPU tensors, batches after `.to(device)`."""
-    ks = facts.kinds(expr)
+    ks = facts.kinds.of(expr)
     if host_value(facts, expr):
         return False
-    return bool(ks & {"loss", "output", "device_tensor"}) or ("tensor" in ks and "cpu_tensor" not in ks)
+    return bool(ks & {Kind.LOSS, Kind.OUTPUT, Kind.DEVICE_TENSOR}) or (Kind.TENSOR in ks and Kind.CPU_TENSOR not in ks)
 
 
 def computed_from_device(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool:
@@ -115,7 +115,7 @@ def computed_from_device(facts: Facts, expr: cst.BaseExpression, depth: int) -> 
         expr = expr.value
     if not isinstance(expr, cst.Name) or depth > 3:
         return False
-    bindings = facts.lookup(expr.value, expr)
+    bindings = facts.bindings.lookup(expr.value, expr)
     if not bindings:
         return False
     for b in bindings:
@@ -132,7 +132,7 @@ def unpacked_device(facts: Facts, expr: cst.BaseExpression) -> bool:
     `x, lengths = batch["x"].cuda(), batch["len"].cuda()`."""
     if not isinstance(expr, cst.Name):
         return False
-    bs = facts.lookup(expr.value, expr)
+    bs = facts.bindings.lookup(expr.value, expr)
     if len(bs) != 1 or bs[0].how != "unpack" or len(bs[0].index) != 1 or not isinstance(bs[0].node, (cst.Tuple, cst.List)):
         return False
     elements = bs[0].node.elements
@@ -157,22 +157,22 @@ def blocking_host_copy(facts: Facts, call: cst.Call) -> bool:
     if name == "to":
         if not call.args or len(call.args) > 1:
             return False
-        dev = facts.device_kinds(call.args[0].value)
-        if not dev or dev <= {"device_cpu"} or not dev & {"device_cuda", "device_unknown", "device"}:
+        dev = facts.devices.device_kinds(call.args[0].value)
+        if not dev or dev <= {Kind.DEVICE_CPU} or not dev & {Kind.DEVICE_CUDA, Kind.DEVICE_UNKNOWN, "device"}:
             return False
     elif call.args:
         return False
     recv = call.func.value
     while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and call_name(recv) in ("fill_", "zero_"):
         recv = recv.func.value  # `torch.LongTensor(b, n).fill_(0)`: still the host tensor
-    kinds = facts.kinds(recv)
-    if "batch" in kinds:
+    kinds = facts.kinds.of(recv)
+    if Kind.BATCH in kinds:
         return False  # a loader's batch: PF105 asks to pin it and copy without blocking
     if _from_factory(facts, recv, 0):
         return False  # `torch.randn(n).to(device)`: PF409 makes it on the device, with no copy
-    if isinstance(recv, cst.Call) and (facts.qualname(recv.func) or "") in _HOST_TENSOR_TYPES:
+    if isinstance(recv, cst.Call) and (facts.tree.qualname(recv.func) or "") in _HOST_TENSOR_TYPES:
         return True
-    return "cpu_tensor" in kinds
+    return Kind.CPU_TENSOR in kinds
 
 
 # The legacy tensor types of the CPU (`torch.cuda.LongTensor` is the GPU's).
@@ -186,13 +186,13 @@ def collected_for_host(facts: Facts, node: cst.CSTNode) -> bool:
     after the loop would not, which PF202 is for)."""
     outer = node
     while True:
-        parent = facts.parent(outer)
-        if isinstance(parent, cst.Attribute) and parent.value is outer and isinstance(facts.parent(parent), cst.Call):
-            outer = facts.parent(parent)
+        parent = facts.tree.parent(outer)
+        if isinstance(parent, cst.Attribute) and parent.value is outer and isinstance(facts.tree.parent(parent), cst.Call):
+            outer = facts.tree.parent(parent)
             continue
         break
-    arg = facts.parent(outer)
-    call = facts.parent(arg) if isinstance(arg, cst.Arg) else None
+    arg = facts.tree.parent(outer)
+    call = facts.tree.parent(arg) if isinstance(arg, cst.Arg) else None
     return isinstance(call, cst.Call) and call_name(call) == "append" and isinstance(call.func, cst.Attribute) \
         and isinstance(call.func.value, cst.Name) and _list_goes_to_host(facts, call.func.value)
 
@@ -200,21 +200,21 @@ def collected_for_host(facts: Facts, node: cst.CSTNode) -> bool:
 def _from_factory(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool:
     """`torch.ones(n).long()`, or a name bound to one (`labels = torch.ones(n).long();
     labels = labels.unsqueeze(1)`): a tensor a torch factory made without `device=`."""
-    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not facts.qualname(expr.func):
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not facts.tree.qualname(expr.func):
         expr = expr.func.value
     if isinstance(expr, cst.Call):
         return cpu_factory(facts, expr)
     if isinstance(expr, cst.Name) and depth < 3:
         return any(b.how == "expr" and isinstance(b.node, cst.BaseExpression) and b.node is not expr
-                   and _from_factory(facts, b.node, depth + 1) for b in facts.lookup(expr.value, expr))
+                   and _from_factory(facts, b.node, depth + 1) for b in facts.bindings.lookup(expr.value, expr))
     return False
 
 
 def _list_goes_to_host(facts: Facts, name: cst.Name) -> bool:
     """The list `name` (bound to `[]`) is later handed to a numpy / scikit-learn / SciPy
     call (`np.concatenate(preds)`, `accuracy_score(trues, preds)`) in the same function."""
-    fn = facts.enclosing_function(name) or facts.module
-    bindings = facts.lookup(name.value, name)
+    fn = facts.tree.enclosing_function(name) or facts.module
+    bindings = facts.bindings.lookup(name.value, name)
     if not bindings:
         return False
     for b in bindings:
@@ -226,10 +226,10 @@ def _list_goes_to_host(facts: Facts, name: cst.Name) -> bool:
             return False
         if not (isinstance(value, cst.List) and not value.elements):
             return False
-    for use in list(facts.later_uses(name.value, fn, facts.order.get(name, 0)))[:20]:
-        parent = facts.parent(use)
-        call = facts.parent(parent) if isinstance(parent, cst.Arg) else None
-        if isinstance(call, cst.Call) and (facts.qualname(call.func) or "").startswith(_HOST_ROOTS):
+    for use in list(facts.tree.later_uses(name.value, fn, facts.tree.order.get(name, 0)))[:20]:
+        parent = facts.tree.parent(use)
+        call = facts.tree.parent(parent) if isinstance(parent, cst.Arg) else None
+        if isinstance(call, cst.Call) and (facts.tree.qualname(call.func) or "").startswith(_HOST_ROOTS):
             return True
     return False
 
@@ -251,7 +251,7 @@ def _torchtext_iterator(facts: Facts, name: cst.BaseExpression, depth: int) -> b
     call of its function in the file passes one (`train(model, train_iterator, ...)`)."""
     if not isinstance(name, cst.Name) or depth > 2:
         return False
-    bindings = facts.lookup(name.value, name)
+    bindings = facts.bindings.lookup(name.value, name)
     if not bindings:
         return False
     for b in bindings:
@@ -259,7 +259,7 @@ def _torchtext_iterator(facts: Facts, name: cst.BaseExpression, depth: int) -> b
         if b.how == "param":
             if not _passed_iterators(facts, b, name.value, depth):
                 return False
-        elif not (isinstance(value, cst.Call) and (facts.qualname(value.func) or "").startswith("torchtext.")
+        elif not (isinstance(value, cst.Call) and (facts.tree.qualname(value.func) or "").startswith("torchtext.")
                   and call_name(value) in _TORCHTEXT_ITERATORS and get_arg(value, "device") is not None):
             return False
     return True
@@ -273,7 +273,7 @@ def _passed_iterators(facts: Facts, binding, pname: str, depth: int) -> bool:
     if pname not in params:
         return False
     index = params.index(pname)
-    calls = facts.calls_named(fn.name.value)
+    calls = facts.tree.calls_named(fn.name.value)
     if not calls:
         return False
     for c in calls:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import libcst as cst
 
 from perflint.analysis import Facts, call_name, iter_nodes
+from perflint.analysis.vocab import Kind
 
 
 def torch_prefix(facts: Facts) -> str | None:
-    names = facts.imports.local_names_for("torch")
+    names = facts.tree.imports.local_names_for("torch")
     if "torch" in names:
         return "torch"
     return names[0] if names else None
@@ -20,8 +21,8 @@ def host_only(facts: Facts, expr: cst.BaseExpression) -> bool:
     """Numbers, strings, host copies (`.item()`, `.tolist()`, `.cpu().numpy()`)."""
     if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
         return True
-    ks = facts.kinds(expr)
-    if ks and ks <= {"number", "numpy", "int"}:
+    ks = facts.kinds.of(expr)
+    if ks and ks <= {Kind.NUMBER, Kind.NUMPY, Kind.INT}:
         return True
     for n in iter_nodes(expr):
         if isinstance(n, cst.Call) and call_name(n) in ("item", "tolist", "numpy"):
@@ -51,21 +52,21 @@ def scaled_backward(facts: Facts, call: cst.Call) -> str | None:
         return None
     inner = call.func.value
     if isinstance(inner, cst.Call) and call_name(inner) == "scale" and isinstance(inner.func, cst.Attribute):
-        if facts.has_kind(inner.func.value, "scaler"):
-            return facts.receiver_text(inner.func.value)
+        if facts.kinds.has_kind(inner.func.value, Kind.SCALER):
+            return facts.tree.receiver_text(inner.func.value)
     return None
 
 
 def iteration_calls(facts: Facts, region: cst.CSTNode) -> list[cst.Call]:
     """Calls of one iteration of a loop/step function, in source order."""
     return sorted(
-        (c for c in facts.calls_within(region) if not _in_nested_def(facts, c, region)),
-        key=lambda c: facts.order.get(c, 0),
+        (c for c in facts.tree.calls_within(region) if not _in_nested_def(facts, c, region)),
+        key=lambda c: facts.tree.order.get(c, 0),
     )
 
 
 def _in_nested_def(facts: Facts, node: cst.CSTNode, region: cst.CSTNode) -> bool:
-    for a in facts.ancestors(node):
+    for a in facts.tree.ancestors(node):
         if a is region:
             return False
         if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
@@ -76,10 +77,10 @@ def _in_nested_def(facts: Facts, node: cst.CSTNode, region: cst.CSTNode) -> bool
 def step_regions(facts: Facts) -> list[cst.CSTNode]:
     """Where one training iteration's calls can be read in order: training loops, per-step
     functions, and any function that runs a scaled backward outside a loop."""
-    regions = list(facts.training_loops())
-    for fn in facts.index[cst.FunctionDef]:
-        if facts.step_function_kind(fn) == "train" or any(
-            scaled_backward(facts, c) for c in facts.direct_body_calls(fn)
+    regions = list(facts.loops.training_loops())
+    for fn in facts.tree.index[cst.FunctionDef]:
+        if facts.loops.step_function_kind(fn) == "train" or any(
+            scaled_backward(facts, c) for c in facts.loops.direct_body_calls(fn)
         ):
             regions.append(fn)
     return regions
@@ -87,10 +88,10 @@ def step_regions(facts: Facts) -> list[cst.CSTNode]:
 
 def exclusive(facts: Facts, a: cst.CSTNode, b: cst.CSTNode) -> bool:
     """Whether `a` and `b` sit in different arms of one `if`/`else`."""
-    set_b = set(facts.ancestors(b))
-    for node in facts.ancestors(a):
+    set_b = set(facts.tree.ancestors(b))
+    for node in facts.tree.ancestors(a):
         if node in set_b:
             if isinstance(node, cst.If):
-                return facts.is_inside(a, node.body) != facts.is_inside(b, node.body)
+                return facts.tree.is_inside(a, node.body) != facts.tree.is_inside(b, node.body)
             return False
     return False

@@ -9,6 +9,7 @@ import libcst as cst
 from perflint.edits import add_arg, make_kwarg, replace_arg_value
 from perflint.analysis import Facts, call_name, get_arg, has_splat, literal_value
 from perflint.rules.base import FixClass, Rule, Violation
+from perflint.analysis.vocab import Kind
 
 
 class ZeroGradNotSetToNone(Rule):
@@ -65,10 +66,10 @@ class ZeroGradNotSetToNone(Rule):
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         modern = facts.target_torch >= (2, 0)
-        for call in facts.calls():
+        for call in facts.tree.calls():
             if call_name(call) != "zero_grad" or not isinstance(call.func, cst.Attribute) or has_splat(call):
                 continue
-            if facts.hot_path(call) is None:
+            if facts.hotpath.hot_path(call) is None:
                 continue  # not once per step: once per epoch, a timing helper, code that does not train
             arg = get_arg(call, "set_to_none", 0)
             if arg is not None:
@@ -104,19 +105,19 @@ def _wrapper_receiver(facts: Facts, recv: cst.BaseExpression) -> bool:
     module nor a torch optimizer (a learning-rate wrapper such as `ScheduledOptim`): its
     `zero_grad` may take no `set_to_none`. A class of this file whose own `zero_grad`
     accepts `set_to_none` (or `**kwargs`) is not such a wrapper."""
-    ref = facts.instance_class(recv)
+    ref = facts.cross.instance_class(recv)
     if ref is None:
         return False
     if ref.startswith("#"):
-        cls = facts.classes_by_name.get(ref[1:])
+        cls = facts.tree.classes_by_name.get(ref[1:])
         if cls is None:
             return False
-        for fn in facts.nodes_within(cls, cst.FunctionDef):
-            if fn.name.value == "zero_grad" and facts.enclosing_class(fn) is cls:
+        for fn in facts.tree.nodes_within(cls, cst.FunctionDef):
+            if fn.name.value == "zero_grad" and facts.tree.enclosing_class(fn) is cls:
                 params = fn.params
                 names = {p.name.value for p in (*params.params, *params.kwonly_params, *params.posonly_params)}
                 return "set_to_none" not in names and not isinstance(params.star_kwarg, cst.Param)
-        bases = {facts.qualname(b.value) or "" for b in cls.bases}
-        return not any(b.startswith(("torch.optim.", "torch.nn.")) for b in bases) and "model" not in facts.kinds(recv)
+        bases = {facts.tree.qualname(b.value) or "" for b in cls.bases}
+        return not any(b.startswith(("torch.optim.", "torch.nn.")) for b in bases) and Kind.MODEL not in facts.kinds.of(recv)
     kinds = facts.project.class_kinds(ref) if facts.project is not None else frozenset()
-    return not ({"model", "optimizer"} & set(kinds))
+    return not ({Kind.MODEL, Kind.OPTIMIZER} & set(kinds))

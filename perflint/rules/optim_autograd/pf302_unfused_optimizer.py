@@ -11,6 +11,7 @@ from perflint.edits import add_arg, make_kwarg
 from perflint.analysis import Facts, call_name, get_arg, has_splat, literal_value
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import script_device
+from perflint.analysis.vocab import Kind
 
 
 _FUSABLE = {"torch.optim.Adam", "torch.optim.AdamW"}
@@ -85,10 +86,10 @@ class UnfusedOptimizer(Rule):
     tokens = (b"Adam",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        if not facts.is_cuda_code:
+        if not facts.devices.is_cuda_code:
             return
-        for call in facts.calls():
-            q = facts.qualname(call.func)
+        for call in facts.tree.calls():
+            q = facts.tree.qualname(call.func)
             if q not in _FUSABLE or has_splat(call):
                 continue
             if any(get_arg(call, k) is not None for k in ("fused", "foreach")):
@@ -98,11 +99,11 @@ class UnfusedOptimizer(Rule):
                 continue
             fix = None
             # The script's own device when it may not be CUDA: fused only there.
-            test, move = script_device(facts, call, facts.enclosing_function(call), models_only=True)
+            test, move = script_device(facts, call, facts.tree.enclosing_function(call), models_only=True)
             # Before 2.4 `fused=True` needs the parameters on CUDA when the optimizer is built:
             # a model moved to the tested device before this call has them there.
-            moved_before = test is not None and move is not None and facts.order[move] < facts.order[call] \
-                and facts.scope_of(move) is facts.scope_of(call)
+            moved_before = test is not None and move is not None and facts.tree.order[move] < facts.tree.order[call] \
+                and facts.tree.scope_of(move) is facts.tree.scope_of(call)
             if facts.target_torch >= (2, 4) or (facts.target_torch >= (2, 0) and (self._model_on_cuda(facts) or moved_before)):
                 value = test or "True"
                 fix = self.unsafe(f"Add `fused={value}`", {call: add_arg(call, make_kwarg("fused", value))})
@@ -117,7 +118,7 @@ class UnfusedOptimizer(Rule):
 
     @staticmethod
     def _model_on_cuda(facts: Facts) -> bool:
-        for call in facts.calls():
-            if call_name(call) == "cuda" and facts.has_kind(call.func.value if isinstance(call.func, cst.Attribute) else None, "model"):
+        for call in facts.tree.calls():
+            if call_name(call) == "cuda" and facts.kinds.has_kind(call.func.value if isinstance(call.func, cst.Attribute) else None, Kind.MODEL):
                 return True
         return False

@@ -11,13 +11,14 @@ from perflint.edits import parse_expr
 from perflint.analysis import Facts, call_name, iter_nodes
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.optim_autograd.helpers import host_only, torch_prefix
+from perflint.analysis.vocab import Kind
 
 
 def _no_grad_items(facts: Facts, with_node: cst.With) -> list[cst.WithItem]:
     out = []
     for item in with_node.items:
         target = item.item.func if isinstance(item.item, cst.Call) else item.item
-        if facts.qualname(target) == "torch.no_grad":
+        if facts.tree.qualname(target) == "torch.no_grad":
             out.append(item)
     return out
 
@@ -85,7 +86,7 @@ class NoGradInEval(Rule):
         prefix = torch_prefix(facts)
         if self._lazy_state(facts):
             return
-        for node in facts.index[cst.With]:
+        for node in facts.tree.index[cst.With]:
             items = _no_grad_items(facts, node)
             if not items or not self._is_inference(facts, node.body) or self._escapes(facts, node.body, node):
                 continue
@@ -96,10 +97,10 @@ class NoGradInEval(Rule):
                 repl = {it.item: parse_expr(f"{prefix}.inference_mode()") for it in items}
                 fix = self.unsafe("Use `torch.inference_mode()`", repl)
             yield Violation(node, "evaluation under `torch.no_grad()` could use `torch.inference_mode()`", fix)
-        for fn in facts.index[cst.FunctionDef]:
+        for fn in facts.tree.index[cst.FunctionDef]:
             for dec in fn.decorators:
                 target = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
-                if facts.qualname(target) != "torch.no_grad":
+                if facts.tree.qualname(target) != "torch.no_grad":
                     continue
                 if not self._is_inference(facts, fn.body) or self._escapes(facts, fn.body, fn):
                     continue
@@ -114,16 +115,16 @@ class NoGradInEval(Rule):
         """A block that runs once while the model is built: in `__init__` / a `build*` or
         `setup` method, or a shape probe (the model run on `torch.zeros(...)`-like input to
         size a layer). Nothing is gained there."""
-        fn = facts.enclosing_function(node)
+        fn = facts.tree.enclosing_function(node)
         if fn is not None and (fn.name.value in ("__init__", "setup", "__post_init__")
                                or fn.name.value.lstrip("_").startswith("build")):
             return True
-        calls = [n for n in iter_nodes(node.body) if isinstance(n, cst.Call) and facts.has_kind(n.func, "model")]
+        calls = [n for n in iter_nodes(node.body) if isinstance(n, cst.Call) and facts.kinds.has_kind(n.func, Kind.MODEL)]
         if not calls:
             return False
         for c in calls:
             args = [a.value for a in c.args]
-            if not args or not all(isinstance(a, cst.Call) and (facts.qualname(a.func) or "").rsplit(".", 1)[-1]
+            if not args or not all(isinstance(a, cst.Call) and (facts.tree.qualname(a.func) or "").rsplit(".", 1)[-1]
                                    in ("zeros", "ones", "randn", "rand", "empty", "zeros_like", "ones_like")
                                    for a in args):
                 return False
@@ -132,7 +133,7 @@ class NoGradInEval(Rule):
     @staticmethod
     def _lazy_state(facts: Facts) -> bool:
         """A module class in the file that creates state in forward: inference tensors would stick."""
-        for fn in facts.index[cst.FunctionDef]:
+        for fn in facts.tree.index[cst.FunctionDef]:
             if fn.name.value != "forward":
                 continue
             for node in iter_nodes(fn.body):
@@ -148,7 +149,7 @@ class NoGradInEval(Rule):
     @staticmethod
     def _is_inference(facts: Facts, body: cst.CSTNode) -> bool:
         calls = [n for n in iter_nodes(body) if isinstance(n, cst.Call)]
-        has_model = any(facts.has_kind(c.func, "model") for c in calls)
+        has_model = any(facts.kinds.has_kind(c.func, Kind.MODEL) for c in calls)
         return has_model
 
     @staticmethod
@@ -178,12 +179,12 @@ class NoGradInEval(Rule):
                         return True
         # Names bound in the block and read after it.
         if assigned:
-            scope = facts.enclosing_function(container) or facts.module
-            end = facts.order.get(container, 0)
+            scope = facts.tree.enclosing_function(container) or facts.module
+            end = facts.tree.order.get(container, 0)
             inside = set(iter_nodes(container))
             for node in iter_nodes(scope):
                 if isinstance(node, cst.Name) and node.value in assigned and node not in inside:
-                    if facts.order.get(node, 0) > end:
+                    if facts.tree.order.get(node, 0) > end:
                         if _rebinds(facts, node):
                             continue  # `_, a, _ = line.split()` binds `_` again: no read
                         if _host_only_use(facts, node):
@@ -193,16 +194,16 @@ class NoGradInEval(Rule):
 
 
 def _host_only_use(facts: Facts, node: cst.CSTNode) -> bool:
-    kinds = facts.kinds(node)
-    return bool(kinds) and kinds <= {"number", "numpy", "int"}
+    kinds = facts.kinds.of(node)
+    return bool(kinds) and kinds <= {Kind.NUMBER, Kind.NUMPY, Kind.INT}
 
 
 def _rebinds(facts: Facts, name: cst.Name) -> bool:
     """The name is (part of) an assignment or loop target: bound there, not read."""
     node: cst.CSTNode = name
-    parent = facts.parent(node)
+    parent = facts.tree.parent(node)
     while isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
-        node, parent = parent, facts.parent(parent)
+        node, parent = parent, facts.tree.parent(parent)
     if isinstance(parent, cst.AssignTarget):
         return True
     if isinstance(parent, (cst.For, cst.CompFor)) and parent.target is node:

@@ -98,33 +98,33 @@ class EvalWithoutNoGrad(Rule):
     def check(self, facts: Facts) -> Iterator[Violation]:
         prefix = torch_prefix(facts)
         reported: set = set()
-        for eval_call in facts.calls():
+        for eval_call in facts.tree.calls():
             if call_name(eval_call) != "eval" or eval_call.args or not isinstance(eval_call.func, cst.Attribute):
                 continue
-            model_text = facts.receiver_text(eval_call.func.value)
+            model_text = facts.tree.receiver_text(eval_call.func.value)
             if model_text is None:
                 continue
-            fn = facts.enclosing_function(eval_call)
+            fn = facts.tree.enclosing_function(eval_call)
             scope: cst.CSTNode = fn if fn is not None else facts.module
             if fn is not None and fn.name.value in ("forward", "training_step", "validation_step", "test_step",
                                                      "predict_step"):
                 continue
-            if self._callers_disable_grad(facts, fn) or facts.grad_context(eval_call) == "off":
+            if self._callers_disable_grad(facts, fn) or facts.grad.grad_context(eval_call) == "off":
                 continue
             loop = self._eval_loop(facts, eval_call, fn, model_text)
             if loop is None or loop in reported:
                 continue
-            if facts.grad_context(loop) is not None or self._disabled_before(facts, scope, loop):
+            if facts.grad.grad_context(loop) is not None or self._disabled_before(facts, scope, loop):
                 continue
             if self._params_frozen(facts, scope, loop, model_text):
                 continue  # `for p in model.parameters(): p.requires_grad = False` before the loop: nothing is recorded
             if self._autograd_on_purpose(facts, loop) or self._train_between(facts, scope, eval_call, loop, model_text):
                 continue
-            if facts.over_one_batch(loop) or facts.once_only(loop):
+            if facts.hotpath.over_one_batch(loop) or facts.hotpath.once_only(loop):
                 continue  # the samples of one batch (a sample grid), a loop that returns at once
             if self._comment_keeps_grad(facts, eval_call, loop):
                 continue  # the author says autograd must stay on here
-            during = facts.during_training(loop)
+            during = facts.hotpath.during_training(loop)
             if during is None:
                 continue  # nothing shows the loop runs while a model trains (an inference script)
             reported.add(loop)
@@ -151,21 +151,21 @@ class EvalWithoutNoGrad(Rule):
     def _eval_loop(facts: Facts, eval_call: cst.Call, fn, model_text: str) -> cst.For | None:
         """The first loop after `eval_call` in the same function that calls the model,
         taking the outermost such loop (loops that also enclose `eval_call` don't count)."""
-        start = facts.order.get(eval_call, 0)
+        start = facts.tree.order.get(eval_call, 0)
         candidates = sorted(
-            (l for l in facts.index[cst.For] if facts.order.get(l, 0) > start and facts.enclosing_function(l) is fn),
-            key=lambda l: facts.order.get(l, 0),
+            (l for l in facts.tree.index[cst.For] if facts.tree.order.get(l, 0) > start and facts.tree.enclosing_function(l) is fn),
+            key=lambda l: facts.tree.order.get(l, 0),
         )
         for loop in candidates:
-            if any(isinstance(a, (cst.For, cst.While)) and facts.order.get(a, 0) > start for a in facts.ancestors(loop)):
+            if any(isinstance(a, (cst.For, cst.While)) and facts.tree.order.get(a, 0) > start for a in facts.tree.ancestors(loop)):
                 continue
-            for call in facts.calls_within(loop.body):
+            for call in facts.tree.calls_within(loop.body):
                 target = call.func
                 if isinstance(target, cst.Attribute) and target.attr.value == "generate":
                     continue  # `generate` runs without autograd (transformers decorates it with `no_grad`)
                 if isinstance(target, cst.Attribute) and target.attr.value == "forward":
                     target = target.value
-                if facts.receiver_text(target) == model_text and facts.grad_context(call) is None:
+                if facts.tree.receiver_text(target) == model_text and facts.grad.grad_context(call) is None:
                     return loop
         return None
 
@@ -174,22 +174,22 @@ class EvalWithoutNoGrad(Rule):
         """Whether a comment in the loop, or between `.eval()` and the loop in the same
         block, says autograd must stay on there (`_KEEP_GRAD`)."""
         regions: list[cst.CSTNode] = [loop]
-        block = facts.parent(loop)
+        block = facts.tree.parent(loop)
         body = getattr(block, "body", None)
         if isinstance(body, (list, tuple)) and loop in body:
-            start = facts.order.get(eval_call, 0)
+            start = facts.tree.order.get(eval_call, 0)
             for stmt in body[:body.index(loop)]:
-                if any(facts.order.get(n, -1) >= start for n in (stmt, *facts.calls_within(stmt))) or \
-                        eval_call in facts.calls_within(stmt):
+                if any(facts.tree.order.get(n, -1) >= start for n in (stmt, *facts.tree.calls_within(stmt))) or \
+                        eval_call in facts.tree.calls_within(stmt):
                     regions.append(stmt)
         return any(_KEEP_GRAD.search(text) for region in regions for text in comments_in(region))
 
     @staticmethod
     def _train_between(facts: Facts, scope, eval_call, loop, model_text: str) -> bool:
-        lo, hi = facts.order.get(eval_call, 0), facts.order.get(loop, 0)
-        for call in facts.calls_within(scope):
+        lo, hi = facts.tree.order.get(eval_call, 0), facts.tree.order.get(loop, 0)
+        for call in facts.tree.calls_within(scope):
             if call_name(call) == "train" and isinstance(call.func, cst.Attribute) and \
-                    facts.receiver_text(call.func.value) == model_text and lo < facts.order.get(call, 0) < hi:
+                    facts.tree.receiver_text(call.func.value) == model_text and lo < facts.tree.order.get(call, 0) < hi:
                 return True
         return False
 
@@ -199,17 +199,17 @@ class EvalWithoutNoGrad(Rule):
         `model.requires_grad_(False)`, or a loop over `model.parameters()` /
         `model.named_parameters()` that sets `requires_grad = False` on each.  With no input
         that requires grad either, autograd records nothing: `no_grad` would change nothing."""
-        start = facts.order.get(loop, 0)
-        for call in facts.calls_within(scope):
-            if facts.order.get(call, 0) >= start or facts.enclosing_function(call) is not facts.enclosing_function(loop):
+        start = facts.tree.order.get(loop, 0)
+        for call in facts.tree.calls_within(scope):
+            if facts.tree.order.get(call, 0) >= start or facts.tree.enclosing_function(call) is not facts.tree.enclosing_function(loop):
                 continue
-            if not isinstance(call.func, cst.Attribute) or facts.receiver_text(call.func.value) != model_text:
+            if not isinstance(call.func, cst.Attribute) or facts.tree.receiver_text(call.func.value) != model_text:
                 continue
             name = call_name(call)
             if name == "requires_grad_" and call.args and literal_value(call.args[0].value) is False:
                 return True
             if name in ("parameters", "named_parameters"):
-                header = facts.parent(call)
+                header = facts.tree.parent(call)
                 if not (isinstance(header, cst.For) and header.iter is call):
                     continue
                 targets = [n.value for n in iter_nodes(header.target) if isinstance(n, cst.Name)]
@@ -228,7 +228,7 @@ class EvalWithoutNoGrad(Rule):
                 name = call_name(node)
                 if name in _EVAL_GUARDS:
                     return True
-                q = facts.qualname(node.func) or ""
+                q = facts.tree.qualname(node.func) or ""
                 if q in ("torch.autograd.grad", "torch.enable_grad", "torch.autograd.backward"):
                     return True
             if isinstance(node, cst.Attribute) and node.attr.value == "grad":
@@ -239,24 +239,24 @@ class EvalWithoutNoGrad(Rule):
     def _callers_disable_grad(facts: Facts, fn: cst.FunctionDef | None) -> bool:
         if fn is None:
             return False
-        for call in facts.calls():
+        for call in facts.tree.calls():
             target = call.func.value if isinstance(call.func, cst.Name) else (
                 call.func.attr.value if isinstance(call.func, cst.Attribute) else None)
-            if target == fn.name.value and facts.grad_context(call) in ("off", "unknown"):
+            if target == fn.name.value and facts.grad.grad_context(call) in ("off", "unknown"):
                 return True
         for dec in fn.decorators:
-            if facts.grad_mode_of(dec.decorator) is not None:
+            if facts.grad.grad_mode_of(dec.decorator) is not None:
                 return True
         # a caller in another module runs it under `torch.no_grad()`
-        return facts.project is not None and facts.parent(fn) is facts.module \
+        return facts.project is not None and facts.tree.parent(fn) is facts.module \
             and facts.project.called_without_grad(fn.name.value)
 
     @staticmethod
     def _disabled_before(facts: Facts, scope: cst.CSTNode, loop: cst.CSTNode) -> bool:
-        for call in facts.calls_within(scope):
-            q = facts.qualname(call.func)
-            if q == "torch.set_grad_enabled" and facts.order.get(call, 0) < facts.order.get(loop, 0):
-                if facts.grad_context(call) is None and not isinstance(facts.parent(call), cst.WithItem):
+        for call in facts.tree.calls_within(scope):
+            q = facts.tree.qualname(call.func)
+            if q == "torch.set_grad_enabled" and facts.tree.order.get(call, 0) < facts.tree.order.get(loop, 0):
+                if facts.grad.grad_context(call) is None and not isinstance(facts.tree.parent(call), cst.WithItem):
                     return True
         return False
 
@@ -280,10 +280,10 @@ class EvalWithoutNoGrad(Rule):
             if isinstance(node, cst.Call) and call_name(node) in ("append", "extend", "insert", "update"):
                 if not all(host_only(facts, a.value) for a in node.args):
                     return False
-        end = facts.order.get(loop, 0)
+        end = facts.tree.order.get(loop, 0)
         inside = set(iter_nodes(loop))
         for node in iter_nodes(scope):
             if isinstance(node, cst.Name) and node.value in assigned and node not in inside:
-                if facts.order.get(node, 0) > end and not isinstance(facts.parent(node), cst.AssignTarget):
+                if facts.tree.order.get(node, 0) > end and not isinstance(facts.tree.parent(node), cst.AssignTarget):
                     return False
         return True

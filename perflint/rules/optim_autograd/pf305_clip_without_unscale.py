@@ -14,14 +14,14 @@ from perflint.rules.optim_autograd.helpers import exclusive, iteration_calls, sc
 
 
 def _clip_call(facts: Facts, call: cst.Call) -> bool:
-    q = facts.qualname(call.func) or ""
+    q = facts.tree.qualname(call.func) or ""
     return q in ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_", "torch.nn.utils.clip_grad_norm")
 
 
 def _runs_at_most_with(facts: Facts, stmt: cst.CSTNode, block: cst.CSTNode | None) -> bool:
     """`stmt` sits in `block`, or under conditionals within it, but under no loop or function
     of its own: it runs at most once each time `block` runs."""
-    for node in facts.ancestors(stmt):
+    for node in facts.tree.ancestors(stmt):
         if node is block:
             return True
         if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
@@ -98,31 +98,31 @@ class ClipWithoutUnscale(Rule):
             for clip in calls:
                 if clip in seen or not _clip_call(facts, clip):
                     continue
-                before = [s for c, s in scaled if facts.order[c] < facts.order[clip] and not exclusive(facts, c, clip)]
+                before = [s for c, s in scaled if facts.tree.order[c] < facts.tree.order[clip] and not exclusive(facts, c, clip)]
                 if not before:
                     continue
                 scaler = before[-1]
-                if any(call_name(c) == "unscale_" and facts.receiver_text(c.func.value) == scaler
+                if any(call_name(c) == "unscale_" and facts.tree.receiver_text(c.func.value) == scaler
                        for c in calls if isinstance(c.func, cst.Attribute)):
                     continue
                 step = next(
-                    (c for c in calls if facts.order[c] > facts.order[clip] and call_name(c) == "step"
-                     and isinstance(c.func, cst.Attribute) and facts.receiver_text(c.func.value) == scaler),
+                    (c for c in calls if facts.tree.order[c] > facts.tree.order[clip] and call_name(c) == "step"
+                     and isinstance(c.func, cst.Attribute) and facts.tree.receiver_text(c.func.value) == scaler),
                     None,
                 )
                 if step is None:
                     continue
                 seen.add(clip)
                 fix = None
-                stmt = facts.statement_of(clip)
+                stmt = facts.tree.statement_of(clip)
                 opt = step.args[0].value if step.args and not step.args[0].keyword else None
                 # Only where clip and step run together: a clip that runs on more steps than
                 # the optimizer step (gradient accumulation, `if (i + 1) % k == 0: step`)
                 # would call `unscale_` twice before `update()`, which raises.
-                step_stmt = facts.statement_of(step)
+                step_stmt = facts.tree.statement_of(step)
                 if opt is not None and isinstance(stmt, cst.SimpleStatementLine) and isinstance(
-                        facts.parent(stmt), (cst.IndentedBlock, cst.Module)) \
-                        and _runs_at_most_with(facts, stmt, facts.parent(step_stmt)):
+                        facts.tree.parent(stmt), (cst.IndentedBlock, cst.Module)) \
+                        and _runs_at_most_with(facts, stmt, facts.tree.parent(step_stmt)):
                     opt_code = cst.Module(body=[]).code_for_node(opt)
                     new_stmt = parse_stmt(f"{scaler}.unscale_({opt_code})\n")
                     fix = self.safe(

@@ -10,6 +10,7 @@ from perflint.diagnostics import Severity
 from perflint.analysis import Facts, call_name
 from perflint.rules.base import Rule, Violation
 from perflint.rules.optim_autograd.helpers import exclusive, iteration_calls, scaled_backward, step_regions
+from perflint.analysis.vocab import Kind
 
 
 class ScalerMisuse(Rule):
@@ -68,31 +69,31 @@ class ScalerMisuse(Rule):
                 continue
             scaler_texts = {s for _, s in scaled}
             stepped_via_scaler = {
-                facts.receiver_text(c.args[0].value)
+                facts.tree.receiver_text(c.args[0].value)
                 for c in calls
                 if call_name(c) == "step" and isinstance(c.func, cst.Attribute)
-                and facts.receiver_text(c.func.value) in scaler_texts and c.args
+                and facts.tree.receiver_text(c.func.value) in scaler_texts and c.args
             }
             for c in calls:
                 if c in seen or call_name(c) != "step" or not isinstance(c.func, cst.Attribute):
                     continue
-                recv = facts.receiver_text(c.func.value)
+                recv = facts.tree.receiver_text(c.func.value)
                 if recv in scaler_texts:
                     # scaler.step(opt): is there an update in the iteration?
                     if not any(call_name(u) == "update" and isinstance(u.func, cst.Attribute)
-                               and facts.receiver_text(u.func.value) == recv for u in calls):
+                               and facts.tree.receiver_text(u.func.value) == recv for u in calls):
                         seen.add(c)
                         yield Violation(c, f"`{recv}.step()` without `{recv}.update()` in the iteration: the loss scale "
                                            "never adapts and the next step raises")
                     continue
-                if not facts.is_optimizer_step(c) or facts.has_kind(c.func.value, "scaler"):
+                if not facts.steps.is_optimizer_step(c) or facts.kinds.has_kind(c.func.value, Kind.SCALER):
                     continue
                 if recv in stepped_via_scaler:
                     continue
-                if any(facts.receiver_text(a.value) in scaler_texts or facts.has_kind(a.value, "scaler")
+                if any(facts.tree.receiver_text(a.value) in scaler_texts or facts.kinds.has_kind(a.value, Kind.SCALER)
                        for a in c.args):
                     continue  # a wrapper given the scaler steps through it: `opts.step("g", scaler=scaler)`
-                before = [b for b, _ in scaled if facts.order[b] < facts.order[c] and not exclusive(facts, b, c)]
+                before = [b for b, _ in scaled if facts.tree.order[b] < facts.tree.order[c] and not exclusive(facts, b, c)]
                 if not before:
                     continue
                 seen.add(c)

@@ -61,11 +61,11 @@ class DebugModeLeftOn(Rule):
     tokens = (b"anomaly", b"profiler", b"emit_nvtx")
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        has_training = bool(facts.training_loops()) or any(
-            facts.step_function_kind(fn) == "train" for fn in facts.index[cst.FunctionDef]
+        has_training = bool(facts.loops.training_loops()) or any(
+            facts.loops.step_function_kind(fn) == "train" for fn in facts.tree.index[cst.FunctionDef]
         )
-        for call in facts.calls():
-            q = facts.qualname(call.func)
+        for call in facts.tree.calls():
+            q = facts.tree.qualname(call.func)
             kind = _DEBUG_APIS.get(q or "")
             if kind is None:
                 continue
@@ -90,7 +90,7 @@ class DebugModeLeftOn(Rule):
             enabled = get_arg(call, "enabled", 0)
             if enabled is not None and literal_value(enabled.value) is not True:
                 return True
-        for a in facts.ancestors(call):
+        for a in facts.tree.ancestors(call):
             if isinstance(a, (cst.If, cst.IfExp)):
                 return True
             if isinstance(a, cst.FunctionDef):

@@ -16,13 +16,13 @@ from perflint.rules.common import is_setting_line, words
 def first_torch_import(facts: Facts) -> cst.CSTNode | None:
     """The first `import torch…` / `from torch… import …` statement of the file."""
     best = None
-    for node in (*facts.index[cst.Import], *facts.index[cst.ImportFrom]):
+    for node in (*facts.tree.index[cst.Import], *facts.tree.index[cst.ImportFrom]):
         hit = False
         if isinstance(node, cst.Import):
             hit = any((dotted(a.name) or "").split(".")[0] == "torch" for a in node.names)
         elif node.module is not None and not node.relative:
             hit = (dotted(node.module) or "").split(".")[0] == "torch"
-        if hit and (best is None or facts.order[node] < facts.order[best]):
+        if hit and (best is None or facts.tree.order[node] < facts.tree.order[best]):
             best = node
     return best
 
@@ -123,13 +123,13 @@ _APEX_PRECISION = ("apex.amp", "apex.fp16_utils")
 def uses_training_framework(facts: Facts) -> bool:
     """Accelerate, Lightning, DeepSpeed, apex's amp … or the transformers Trainer: precision
     and loss scaling may then be configured outside this file."""
-    for full in facts.imports.aliases.values():
+    for full in facts.tree.imports.aliases.values():
         root = full.split(".", 1)[0]
         if root in FRAMEWORK_ROOTS:
             return True
         if full.startswith(_APEX_PRECISION):
             return True
-        if full == "apex" and any((facts.qualname(c.func) or "").startswith(_APEX_PRECISION) for c in facts.calls()):
+        if full == "apex" and any((facts.tree.qualname(c.func) or "").startswith(_APEX_PRECISION) for c in facts.tree.calls()):
             return True  # `import apex` … `apex.amp.initialize(...)`
         if root == "transformers" and full.rsplit(".", 1)[-1] in ("Trainer", "TrainingArguments", "Seq2SeqTrainer", "Seq2SeqTrainingArguments"):
             return True
@@ -141,8 +141,8 @@ def layer_qualnames(facts: Facts) -> set[str]:
     w = words(facts)
     got = getattr(w, "_called", None)
     if got is None:
-        got = {q for q in (facts.qualname(c.func) for c in facts.calls()) if q}
-        got |= facts.project_layer_apis  # layers built by the project's model classes used here
+        got = {q for q in (facts.tree.qualname(c.func) for c in facts.tree.calls()) if q}
+        got |= facts.kinds.calls.project_layer_apis  # layers built by the project's model classes used here
         w._called = got  # type: ignore[attr-defined]
     return got
 
@@ -175,13 +175,13 @@ _LOW_PRECISION_DTYPES = {"torch.float16", "torch.half", "torch.bfloat16"}
 
 def casts_to_low_precision(facts: Facts) -> bool:
     """`.half()`, `.bfloat16()`, any `torch.float16/bfloat16` reference or a default dtype."""
-    for call in facts.calls():
+    for call in facts.tree.calls():
         if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("half", "bfloat16"):
             return True
-        if (facts.qualname(call.func) or "") == "torch.set_default_dtype":
+        if (facts.tree.qualname(call.func) or "") == "torch.set_default_dtype":
             return True
-    for a in facts.index[cst.Attribute]:
-        if (facts.qualname(a) or "") in _LOW_PRECISION_DTYPES:
+    for a in facts.tree.index[cst.Attribute]:
+        if (facts.tree.qualname(a) or "") in _LOW_PRECISION_DTYPES:
             return True
     return False
 
@@ -207,9 +207,9 @@ def variable_input_shapes(facts: Facts) -> bool:
     w = words(facts)
     if w.name_contains(*_VARIABLE_SHAPE_WORDS):
         return True
-    if any(v.startswith("torchvision.models.detection") for v in facts.imports.aliases.values()):
+    if any(v.startswith("torchvision.models.detection") for v in facts.tree.imports.aliases.values()):
         return True
-    for call in facts.calls():
+    for call in facts.tree.calls():
         for a in call.args:
             if a.keyword is not None and a.keyword.value in ("collate_fn", "batch_sampler") and literal_value(a.value) is not None:
                 return True

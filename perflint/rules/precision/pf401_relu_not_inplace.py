@@ -43,9 +43,9 @@ def _not_inplace(call: cst.Call, pos: int | None) -> bool:
 def _is_store(facts: Facts, name: cst.Name) -> bool:
     """Whether a Name node is a binding target (not a read)."""
     child: cst.CSTNode = name
-    parent = facts.parent(name)
+    parent = facts.tree.parent(name)
     while isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
-        child, parent = parent, facts.parent(parent)
+        child, parent = parent, facts.tree.parent(parent)
     if isinstance(parent, cst.AssignTarget) and parent.target is child:
         return True
     if isinstance(parent, (cst.For, cst.CompFor)) and parent.target is child:
@@ -58,7 +58,7 @@ def _is_store(facts: Facts, name: cst.Name) -> bool:
 
 
 def _is_variable_name(facts: Facts, name: cst.Name) -> bool:
-    parent = facts.parent(name)
+    parent = facts.tree.parent(name)
     if isinstance(parent, cst.Attribute) and parent.attr is name:
         return False
     if isinstance(parent, cst.Arg) and parent.keyword is name:
@@ -70,15 +70,15 @@ def _is_variable_name(facts: Facts, name: cst.Name) -> bool:
 
 def _other_reads(facts: Facts, binding: Binding, name: str, except_node: cst.CSTNode) -> bool:
     """Whether the value bound by `binding` is read anywhere but at `except_node`."""
-    scope = facts.scope_of(except_node)
+    scope = facts.tree.scope_of(except_node)
     for n in words(facts).name_nodes.get(name, ()):
-        if n is except_node or not facts.is_inside(n, scope) or not _is_variable_name(facts, n):
+        if n is except_node or not facts.tree.is_inside(n, scope) or not _is_variable_name(facts, n):
             continue
         if _is_store(facts, n):
             continue
-        if facts.scope_of(n) is not scope:
+        if facts.tree.scope_of(n) is not scope:
             return True  # read from a nested function or lambda: assume the worst
-        if any(b is binding for b in facts.lookup(name, n)):
+        if any(b is binding for b in facts.bindings.lookup(name, n)):
             return True
     return False
 
@@ -91,9 +91,9 @@ def _module_constructor(facts: Facts, expr: cst.BaseExpression, depth: int = 0) 
         return expr
     bindings: list[Binding] = []
     if isinstance(expr, cst.Name):
-        bindings = facts.lookup(expr.value, expr)
+        bindings = facts.bindings.lookup(expr.value, expr)
     elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
-        bindings = facts.self_attr_bindings(expr)
+        bindings = facts.bindings.self_attr_bindings(expr)
     if len(bindings) == 1 and bindings[0].how == "expr":
         return _module_constructor(facts, bindings[0].node, depth + 1)  # type: ignore[arg-type]
     return None
@@ -103,7 +103,7 @@ def _module_kind(facts: Facts, ctor: cst.Call | None, depth: int = 0) -> tuple[s
     """("producer", None) or ("transparent", None) for an allow-listed module constructor."""
     if ctor is None or depth > 4 or has_splat(ctor):
         return None
-    q = facts.qualname(ctor.func) or ""
+    q = facts.tree.qualname(ctor.func) or ""
     if q in _PRODUCER_MODULES:
         return "producer", None
     if q in _TRANSPARENT_MODULES:
@@ -135,17 +135,17 @@ def fresh_activation(facts: Facts, expr: cst.BaseExpression, depth: int = 0) -> 
     if depth > 6:
         return False
     if isinstance(expr, cst.Name):
-        bs = facts.lookup(expr.value, expr)
+        bs = facts.bindings.lookup(expr.value, expr)
         if len(bs) != 1 or bs[0].how != "expr" or not isinstance(bs[0].node, cst.Call):
             return False
-        if bs[0].site is None or facts.scope_of(bs[0].site) is not facts.scope_of(expr):
+        if bs[0].site is None or facts.tree.scope_of(bs[0].site) is not facts.tree.scope_of(expr):
             return False  # bound in an enclosing scope: its other readers are out of view
         if _other_reads(facts, bs[0], expr.value, expr):
             return False
         return fresh_activation(facts, bs[0].node, depth + 1)  # type: ignore[arg-type]
     if not isinstance(expr, cst.Call) or has_splat(expr):
         return False
-    q = facts.qualname(expr.func)
+    q = facts.tree.qualname(expr.func)
     if q is not None:
         if q in _PRODUCER_FUNCS:
             return True
@@ -223,8 +223,8 @@ class ReluNotInplace(Rule):
     def check(self, facts: Facts) -> Iterator[Violation]:
         if words(facts).name_contains("register_forward_hook", "register_module_forward_hook"):
             return
-        for call in facts.calls():
-            q = facts.qualname(call.func)
+        for call in facts.tree.calls():
+            q = facts.tree.qualname(call.func)
             if q in _RELU_FUNCS:
                 yield from self._functional(facts, call, q)
             elif q == _NN + "ReLU" and not call.args:
@@ -244,11 +244,11 @@ class ReluNotInplace(Rule):
         yield Violation(call, self._message(), fix)
 
     def _module(self, facts: Facts, ctor: cst.Call) -> Iterator[Violation]:
-        parent = facts.parent(ctor)
+        parent = facts.tree.parent(ctor)
         ok = False
         if isinstance(parent, cst.Arg) and parent.keyword is None:
-            seq = facts.parent(parent)
-            if isinstance(seq, cst.Call) and facts.qualname(seq.func) == _NN + "Sequential":
+            seq = facts.tree.parent(parent)
+            if isinstance(seq, cst.Call) and facts.tree.qualname(seq.func) == _NN + "Sequential":
                 args = list(seq.args)
                 i = next(k for k, a in enumerate(args) if a is parent)
                 ok = _sequential_output_kind(facts, args, i, 0) is not None
@@ -266,17 +266,17 @@ class ReluNotInplace(Rule):
         uses: list[cst.CSTNode] = []
         if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
             attr = target.attr.value
-            if len(facts.self_attr_bindings(target)) != 1 or attr in words(facts).strings:
+            if len(facts.bindings.self_attr_bindings(target)) != 1 or attr in words(facts).strings:
                 return None  # rebound, or reached by name (getattr, setattr, state-dict keys)
-            for a in facts.index[cst.Attribute]:
+            for a in facts.tree.index[cst.Attribute]:
                 if a.attr.value == attr and a is not target:
                     if not (isinstance(a.value, cst.Name) and a.value.value == "self"):
                         return None  # reached from outside the class
                     uses.append(a)
         elif isinstance(target, cst.Name):
-            scope = facts.scope_of(assign)
+            scope = facts.tree.scope_of(assign)
             for n in words(facts).name_nodes.get(target.value, ()):
-                if n is target or not facts.is_inside(n, scope) or not _is_variable_name(facts, n):
+                if n is target or not facts.tree.is_inside(n, scope) or not _is_variable_name(facts, n):
                     continue
                 if _is_store(facts, n):
                     return None
@@ -285,7 +285,7 @@ class ReluNotInplace(Rule):
             return None
         if len(uses) != 1:
             return None
-        site = facts.parent(uses[0])
+        site = facts.tree.parent(uses[0])
         if isinstance(site, cst.Call) and site.func is uses[0]:
             return site
         return None

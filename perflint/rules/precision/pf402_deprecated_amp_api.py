@@ -97,14 +97,14 @@ class DeprecatedAmpApi(Rule):
         yield from self._violations(facts)
 
     def _violations(self, facts: Facts) -> Iterator[Violation]:
-        torch_names = facts.imports.local_names_for("torch")
+        torch_names = facts.tree.imports.local_names_for("torch")
         torch_name = "torch" if "torch" in torch_names else (torch_names[0] if torch_names else None)
         explicit_dtype = any(
-            (facts.qualname(c.func) or "") == "torch.set_autocast_dtype" for c in facts.calls()
+            (facts.tree.qualname(c.func) or "") == "torch.set_autocast_dtype" for c in facts.tree.calls()
         )
         # Uses through `from torch.cuda.amp import X [as Y]`, grouped by import statement.
         from_imports: dict[str, cst.ImportFrom] = {}
-        for imp in facts.index[cst.ImportFrom]:
+        for imp in facts.tree.index[cst.ImportFrom]:
             module = dotted(imp.module) if imp.module is not None else None
             if module in ("torch.cuda.amp", "torch.cpu.amp") and not isinstance(imp.names, cst.ImportStar):
                 for alias in imp.names:
@@ -113,7 +113,7 @@ class DeprecatedAmpApi(Rule):
         groups: dict[cst.ImportFrom, list[tuple[cst.CSTNode, str, object]]] = {}
         singles: list[tuple[cst.CSTNode, str, object]] = []
         for ref in self._references(facts):
-            q = facts.qualname(ref)
+            q = facts.tree.qualname(ref)
             use = self._use_site(facts, ref)
             if isinstance(ref, cst.Name) and ref.value in from_imports:
                 groups.setdefault(from_imports[ref.value], []).append((ref, q, use))
@@ -125,7 +125,7 @@ class DeprecatedAmpApi(Rule):
             root = ref
             while isinstance(root, cst.Attribute):
                 root = root.value
-            if isinstance(root, cst.Name) and facts.imports.aliases.get(root.value) == "torch":
+            if isinstance(root, cst.Name) and facts.tree.imports.aliases.get(root.value) == "torch":
                 prefix = root.value
             else:
                 prefix = torch_name
@@ -174,28 +174,28 @@ class DeprecatedAmpApi(Rule):
 
     def _references(self, facts: Facts) -> list[cst.CSTNode]:
         refs = []
-        for node in facts.index[cst.Attribute]:
-            parent = facts.parent(node)
+        for node in facts.tree.index[cst.Attribute]:
+            parent = facts.tree.parent(node)
             if isinstance(parent, cst.Attribute) and parent.value is node:
                 continue
-            q = facts.qualname(node)
+            q = facts.tree.qualname(node)
             if q in _DEPRECATED_AMP:
                 refs.append(node)
         # Bare names from `from torch.cuda.amp import autocast`.
-        names = {local for local, full in facts.imports.aliases.items() if full in _DEPRECATED_AMP}
+        names = {local for local, full in facts.tree.imports.aliases.items() if full in _DEPRECATED_AMP}
         if names:
             seen = set()
-            for call in facts.calls():
+            for call in facts.tree.calls():
                 if isinstance(call.func, cst.Name) and call.func.value in names:
                     refs.append(call.func)
                     seen.add(call.func)
-            for dec in facts.index[cst.Decorator]:
+            for dec in facts.tree.index[cst.Decorator]:
                 if isinstance(dec.decorator, cst.Name) and dec.decorator.value in names and dec.decorator not in seen:
                     refs.append(dec.decorator)
             # Other loads of the name (passed as a value): reported without a fix.
             for node in _names_in(facts, names):
                 if node not in seen and all(node is not r for r in refs):
-                    parent = facts.parent(node)
+                    parent = facts.tree.parent(node)
                     if isinstance(parent, (cst.ImportAlias, cst.AsName)):
                         continue
                     refs.append(node)
@@ -203,7 +203,7 @@ class DeprecatedAmpApi(Rule):
 
     @staticmethod
     def _use_site(facts: Facts, ref: cst.CSTNode):
-        parent = facts.parent(ref)
+        parent = facts.tree.parent(ref)
         if isinstance(parent, cst.Call) and parent.func is ref:
             return parent
         if isinstance(parent, cst.Decorator) and parent.decorator is ref:
@@ -240,20 +240,20 @@ def supports_old_torch(facts: Facts) -> bool:
     """The file keeps code paths for torch 1.x: it reads `torch.__version__` (a version
     switch) or imports from `torch._six` (removed in 2.0, kept behind a `try`).  A fix must
     then work on those versions too."""
-    for node in facts.index[cst.Attribute]:
-        q = facts.qualname(node) or ""
+    for node in facts.tree.index[cst.Attribute]:
+        q = facts.tree.qualname(node) or ""
         if q in ("torch.__version__", "torch.version.__version__") or q.startswith("torch._six"):
             return True
-    return any(full.startswith("torch._six") for full in facts.imports.aliases.values())
+    return any(full.startswith("torch._six") for full in facts.tree.imports.aliases.values())
 
 
 def _names_in(facts: Facts, names: set[str]) -> Iterator[cst.Name]:
     # Names are not indexed by the walk; scan the few statements that mention them.
-    for node in facts.index[cst.Call]:
+    for node in facts.tree.index[cst.Call]:
         for arg in node.args:
             if isinstance(arg.value, cst.Name) and arg.value.value in names:
                 yield arg.value
-    for node in facts.index[cst.Assign]:
+    for node in facts.tree.index[cst.Assign]:
         if isinstance(node.value, cst.Name) and node.value.value in names:
             yield node.value
 
@@ -264,12 +264,12 @@ def _fallback_of_new_api(facts: Facts, ref: cst.CSTNode) -> bool:
     for a torch without `torch.amp`, which never runs where the advice applies."""
     node = ref
     while node is not None and not isinstance(node, cst.ExceptHandler):
-        node = facts.parent(node)
+        node = facts.tree.parent(node)
     if node is None:
         return False
-    tried = facts.parent(node)
+    tried = facts.tree.parent(node)
     if not isinstance(tried, cst.Try):
         return False
-    return any((facts.qualname(a) or "").startswith("torch.amp.")
-               for a in facts.nodes_within(tried.body, cst.Attribute))
+    return any((facts.tree.qualname(a) or "").startswith("torch.amp.")
+               for a in facts.tree.nodes_within(tried.body, cst.Attribute))
 

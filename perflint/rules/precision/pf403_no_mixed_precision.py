@@ -37,10 +37,10 @@ def _helper_forward_call(facts: Facts, backward: cst.Call) -> cst.Call | None:
     if where is None or isinstance(where[0], cst.Module):
         return None
     block, bi = where
-    scope = facts.scope_of(backward)
+    scope = facts.tree.scope_of(backward)
     for st in reversed(list(block.body)[:bi + 1]):
-        found = [n for n in iter_nodes(st) if isinstance(n, cst.Call) and facts.scope_of(n) is scope
-                 and n is not backward and facts.helper_runs_model(n)]
+        found = [n for n in iter_nodes(st) if isinstance(n, cst.Call) and facts.tree.scope_of(n) is scope
+                 and n is not backward and facts.kinds.calls.helper_runs_model(n)]
         if found:
             return found[0]
     return None
@@ -84,7 +84,7 @@ def _forward_starts_earlier(facts: Facts, block: cst.IndentedBlock, start: int, 
                 continue
             calls = [n for n in iter_nodes(small.value) if isinstance(n, cst.Call)]
             if any((call_name(c) or "") not in _DATA_PREP_CALLS and not is_model_call(facts, c)
-                   and not (facts.qualname(c.func) or "").startswith(
+                   and not (facts.tree.qualname(c.func) or "").startswith(
                        ("torch.nn.functional.", "torch.softmax", "torch.sigmoid", "numpy.")) for c in calls):
                 return True  # (a recognised model call there is an earlier step's range)
     return False
@@ -218,7 +218,7 @@ class NoMixedPrecision(Rule):
     tokens = (b"backward",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        if not facts.is_cuda_code or self._has_precision_setup(facts) or optimizes_inputs_only(facts):
+        if not facts.devices.is_cuda_code or self._has_precision_setup(facts) or optimizes_inputs_only(facts):
             return
         near = settings_near(facts)[0]
         if near & {"amp", "scaler"}:
@@ -227,10 +227,10 @@ class NoMixedPrecision(Rule):
         steps: list[tuple[cst.Call, object, int | None, int | None, cst.Call | None]] = []
         loop_of: dict[cst.Call, cst.CSTNode] = {}
         device_test: dict[cst.Call, str | None] = {}
-        for call in facts.calls():
-            if not facts.is_backward_call(call) or call_name(call) != "backward":
+        for call in facts.tree.calls():
+            if not facts.steps.is_backward_call(call) or call_name(call) != "backward":
                 continue
-            ctx = facts.iteration_context(call)
+            ctx = facts.loops.iteration_context(call)
             if ctx is None or ctx.kind != "train" or not self._updates_weights(facts, ctx.node):
                 continue
             block, start, end, first = forward_range(facts, call)
@@ -253,7 +253,7 @@ class NoMixedPrecision(Rule):
             # fp32 margin weights. Report, but offer no rewrite.
             steps = [(c, None, s, e, f) for c, b, s, e, f in steps]
         why_not = _no_bf16_autocast_fix(facts)
-        if not why_not and ("cuda_ext" in near or facts.references("torch.utils.cpp_extension")):
+        if not why_not and ("cuda_ext" in near or facts.filewide.references("torch.utils.cpp_extension")):
             why_not = ("the model runs custom C++/CUDA extension ops (`torch.utils.cpp_extension`), which often "
                        "dispatch only float32/float16 and raise on bfloat16: check them, or use float16 with a "
                        "`torch.amp.GradScaler`")
@@ -274,7 +274,7 @@ class NoMixedPrecision(Rule):
         # One finding per training step (a GAN's discriminator and generator updates share
         # one), at the step's first model call; its fix wraps every forward range.
         seen: set[cst.CSTNode] = set()
-        for call, block, start, end, first in sorted(steps, key=lambda s: facts.order[s[4]]):
+        for call, block, start, end, first in sorted(steps, key=lambda s: facts.tree.order[s[4]]):
             if loop_of[first] in seen:
                 continue
             seen.add(loop_of[first])
@@ -298,13 +298,13 @@ class NoMixedPrecision(Rule):
     def _has_precision_setup(facts: Facts) -> bool:
         w = words(facts)
         return (
-            facts.uses_autocast
-            or facts.uses_grad_scaler
+            facts.filewide.uses_autocast
+            or facts.filewide.uses_grad_scaler
             or w.name_contains("autocast", "gradscaler", "grad_scaler", "loss_scale")
             or uses_training_framework(facts)
             or w.matches(_PRECISION_WORDS)
             or casts_to_low_precision(facts)
             or any(a.keyword is not None and a.keyword.value in ("precision", "mixed_precision")
-                   for c in facts.calls() for a in c.args)
+                   for c in facts.tree.calls() for a in c.args)
             or any(FRAMEWORK_PRECISION.search(v) for v in w.strings)
         )

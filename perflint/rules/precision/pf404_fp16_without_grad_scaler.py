@@ -22,7 +22,7 @@ _AUTOCAST_POSITIONS = {
 
 
 def _dtype_of(facts: Facts, expr: cst.BaseExpression, depth: int = 0) -> str | None:
-    q = facts.qualname(expr)
+    q = facts.tree.qualname(expr)
     if q in ("torch.float16", "torch.half"):
         return "fp16"
     if q == "torch.bfloat16":
@@ -30,7 +30,7 @@ def _dtype_of(facts: Facts, expr: cst.BaseExpression, depth: int = 0) -> str | N
     if literal_value(expr) is None:
         return "default"
     if isinstance(expr, cst.Name) and depth < 4:
-        bs = facts.lookup(expr.value, expr)
+        bs = facts.bindings.lookup(expr.value, expr)
         kinds = {_dtype_of(facts, b.node, depth + 1) if b.how == "expr" else None for b in bs}  # type: ignore[arg-type]
         if len(kinds) == 1:
             return kinds.pop()
@@ -39,7 +39,7 @@ def _dtype_of(facts: Facts, expr: cst.BaseExpression, depth: int = 0) -> str | N
 
 def autocast_dtype(facts: Facts, call: cst.Call) -> str | None:
     """"fp16", "bf16" or None (unknown or disabled) for an autocast call."""
-    q = facts.qualname(call.func)
+    q = facts.tree.qualname(call.func)
     if q not in _AUTOCAST_POSITIONS or has_splat(call):
         return None
     device, enabled_pos, dtype_pos = _AUTOCAST_POSITIONS[q]
@@ -53,7 +53,7 @@ def autocast_dtype(facts: Facts, call: cst.Call) -> str | None:
     arg = get_arg(call, "dtype", dtype_pos)
     dtype = "default" if arg is None else _dtype_of(facts, arg.value)
     if dtype == "default":
-        if any((facts.qualname(c.func) or "") == "torch.set_autocast_dtype" for c in facts.calls()):
+        if any((facts.tree.qualname(c.func) or "") == "torch.set_autocast_dtype" for c in facts.tree.calls()):
             return None
         return {"cuda": "fp16", "cpu": "bf16"}.get(device or "")
     return dtype
@@ -113,14 +113,14 @@ class Fp16WithoutGradScaler(Rule):
     tokens = (b"autocast",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        if facts.uses_grad_scaler or words(facts).name_contains("scaler") or uses_training_framework(facts):
+        if facts.filewide.uses_grad_scaler or words(facts).name_contains("scaler") or uses_training_framework(facts):
             return
         if "scaler" in settings_near(facts)[0]:
             return  # a GradScaler in the modules around (a wrapper optimizer, a trainer base class)
-        for call in facts.calls():
-            if facts.qualname(call.func) not in _AUTOCAST_POSITIONS:
+        for call in facts.tree.calls():
+            if facts.tree.qualname(call.func) not in _AUTOCAST_POSITIONS:
                 continue
-            ctx = facts.iteration_context(call)
+            ctx = facts.loops.iteration_context(call)
             if (ctx is None or ctx.kind != "train") and not self._around_training_loop(facts, call):
                 continue
             if autocast_dtype(facts, call) != "fp16":
@@ -134,8 +134,8 @@ class Fp16WithoutGradScaler(Rule):
     @staticmethod
     def _around_training_loop(facts: Facts, call: cst.Call) -> bool:
         """`with autocast(...):` wrapped around a whole training loop."""
-        item = facts.parent(call)
-        stmt = facts.parent(item) if isinstance(item, cst.WithItem) else None
+        item = facts.tree.parent(call)
+        stmt = facts.tree.parent(item) if isinstance(item, cst.WithItem) else None
         if not isinstance(stmt, cst.With):
             return False
-        return any(facts.is_inside(loop, stmt.body) for loop in facts.training_loops())
+        return any(facts.tree.is_inside(loop, stmt.body) for loop in facts.loops.training_loops())

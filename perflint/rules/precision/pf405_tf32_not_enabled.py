@@ -26,7 +26,7 @@ def _precision_framework(facts: Facts) -> bool:
     """Accelerate, Lightning, DeepSpeed, ColossalAI, Composer or the transformers Trainer:
     they set the model's precision themselves (bf16 parameters, mixed precision), so fp32
     matmuls are not the default there.  apex is not counted: its amp is optional."""
-    for full in facts.imports.aliases.values():
+    for full in facts.tree.imports.aliases.values():
         root = full.split(".", 1)[0]
         if root in FRAMEWORK_ROOTS:
             return True
@@ -141,16 +141,16 @@ class Tf32NotEnabled(Rule):
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         anchor = first_torch_import(facts)
-        if anchor is None or not facts.is_cuda_code or not is_training_file(facts):
+        if anchor is None or not facts.devices.is_cuda_code or not is_training_file(facts):
             return
         w = words(facts)
         if w.name_contains("tf32", "fp32_precision", "matmul_precision"):
             return
-        if facts.uses_autocast or casts_to_low_precision(facts) or not has_matmul_work(facts):
+        if facts.filewide.uses_autocast or casts_to_low_precision(facts) or not has_matmul_work(facts):
             return
         if _precision_framework(facts) or any(FRAMEWORK_PRECISION.search(v) for v in w.strings) or any(
                 a.keyword is not None and a.keyword.value in ("precision", "mixed_precision")
-                for c in facts.calls() for a in c.args):
+                for c in facts.tree.calls() for a in c.args):
             return  # a framework's mixed precision (`precision="bf16-mixed"`): no fp32 matmuls
         near, imported = settings_near(facts)
         if near & {"tf32", "amp"}:
@@ -176,10 +176,10 @@ class Tf32NotEnabled(Rule):
 def _training_anchor(facts: Facts) -> tuple[cst.CSTNode | None, str]:
     """Where a file-wide training finding points: the first training loop's header, else the
     first `.backward()` call (a step function without a loop in the file)."""
-    loops = facts.training_loops()
+    loops = facts.loops.training_loops()
     if loops:
-        return min(loops, key=lambda n: facts.order.get(n, 0)), "training loop"
-    backward = [c for c in facts.calls() if facts.is_backward_call(c)]
+        return min(loops, key=lambda n: facts.tree.order.get(n, 0)), "training loop"
+    backward = [c for c in facts.tree.calls() if facts.steps.is_backward_call(c)]
     if backward:
-        return min(backward, key=lambda n: facts.order.get(n, 0)), "training step"
+        return min(backward, key=lambda n: facts.tree.order.get(n, 0)), "training step"
     return None, "training code"

@@ -29,7 +29,7 @@ def _frozen(facts: Facts, call: cst.Call) -> bool:
     the name it is bound to, or `p.requires_grad = False` over that name's parameters."""
     node: cst.CSTNode = call
     while True:  # up the chain `vgg16(...).features[:16].cuda().eval()`
-        parent = facts.parent(node)
+        parent = facts.tree.parent(node)
         if isinstance(parent, (cst.Attribute, cst.Subscript)) and parent.value is node:
             node = parent
             continue
@@ -39,7 +39,7 @@ def _frozen(facts: Facts, call: cst.Call) -> bool:
             node = parent
             continue
         break
-    assign = facts.parent(node)
+    assign = facts.tree.parent(node)
     if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
         return False
     target = dotted(assign.targets[0].target)
@@ -53,13 +53,13 @@ def _frozen_names(facts: Facts) -> frozenset[str]:
     if memo is not None:
         return memo
     names: set[str] = set()
-    for c in facts.calls():
+    for c in facts.tree.calls():
         if call_name(c) == "requires_grad_" and isinstance(c.func, cst.Attribute) \
                 and c.args and literal_value(c.args[0].value) is False:
             name = dotted(c.func.value)
             if name:
                 names.add(name)
-    for loop in facts.index[cst.For]:
+    for loop in facts.tree.index[cst.For]:
         it = loop.iter
         if isinstance(it, cst.Call) and call_name(it) == "parameters" and isinstance(it.func, cst.Attribute):
             name = dotted(it.func.value)
@@ -77,19 +77,19 @@ def _frozen_names(facts: Facts) -> frozenset[str]:
 def _first_conv_call(facts: Facts) -> cst.Call | None:
     """The first convolution layer (or torchvision classifier) the file builds or calls, a
     trained one before a frozen one (a perceptual-loss feature network)."""
-    candidates = [c for c in facts.calls()
-                  if (facts.qualname(c.func) or "") in CONV_APIS or TORCHVISION_CLASSIFIER.match(facts.qualname(c.func) or "")]
-    best = min(candidates, key=lambda c: (_frozen(facts, c), facts.order[c])) if candidates else None
+    candidates = [c for c in facts.tree.calls()
+                  if (facts.tree.qualname(c.func) or "") in CONV_APIS or TORCHVISION_CLASSIFIER.match(facts.tree.qualname(c.func) or "")]
+    best = min(candidates, key=lambda c: (_frozen(facts, c), facts.tree.order[c])) if candidates else None
     if best is None:
         # A model picked by name (`ARCHS[args.arch](...)`, `models.__dict__[arch]()`).
-        for call in facts.calls():
+        for call in facts.tree.calls():
             if isinstance(call.func, (cst.Subscript, cst.Call)) and any(
-                    q in CONV_APIS or TORCHVISION_CLASSIFIER.match(q) for q in facts.factory_layer_apis(call.func)):
+                    q in CONV_APIS or TORCHVISION_CLASSIFIER.match(q) for q in facts.kinds.calls.factory_layer_apis(call.func)):
                 return call
     if best is None and facts.project is not None:
         # The layers are built in another module: point at the model the file builds there.
-        for call in facts.calls():
-            ref = facts.project_ref(call.func)
+        for call in facts.tree.calls():
+            ref = facts.cross.project_ref(call.func)
             if ref is not None and not ref.startswith("#") and facts.project.layer_apis(ref) & CONV_APIS:
                 return call
     return best
@@ -107,12 +107,12 @@ def _sequence_convs(facts: Facts) -> bool:
     of a TTS or ASR model or a point-cloud network's shared MLPs, here or in the project's
     model classes): `cudnn.benchmark` would re-tune for every new length and gain
     nothing on a pointwise GEMM."""
-    convs = [c for c in facts.calls() if (facts.qualname(c.func) or "") in CONV_APIS]
+    convs = [c for c in facts.tree.calls() if (facts.tree.qualname(c.func) or "") in CONV_APIS]
     if any(TORCHVISION_CLASSIFIER.match(q) for q in layer_qualnames(facts)):
         return False  # a library model: no view of its kernels
     pointwise = all(literal_value((get_arg(c, "kernel_size", 2) or cst.Arg(cst.Name("x"))).value)
                     in (1, (1, 1), (1, 1, 1)) for c in convs)
-    elsewhere = facts.project_layer_apis
+    elsewhere = facts.kinds.calls.project_layer_apis
     if elsewhere & CONV_APIS:
         # The project's model classes record whether any of their convolutions is wider than 1.
         return pointwise and WIDE_CONV not in elsewhere
@@ -120,15 +120,15 @@ def _sequence_convs(facts: Facts) -> bool:
         return False
     if pointwise:
         return True
-    one_d = all((facts.qualname(c.func) or "") in _CONV1D_APIS for c in convs)
+    one_d = all((facts.tree.qualname(c.func) or "") in _CONV1D_APIS for c in convs)
     return one_d and words(facts).name_contains(*_SEQUENCE_WORDS)
 
 
 def _cudnn_flag_assignments(facts: Facts, flag: str) -> list[cst.Assign]:
     out = []
-    for node in facts.index[cst.Assign]:
+    for node in facts.tree.index[cst.Assign]:
         for t in node.targets:
-            if isinstance(t.target, cst.Attribute) and facts.qualname(t.target) == f"torch.backends.cudnn.{flag}":
+            if isinstance(t.target, cst.Attribute) and facts.tree.qualname(t.target) == f"torch.backends.cudnn.{flag}":
                 out.append(node)
     return out
 
@@ -198,7 +198,7 @@ class CudnnBenchmarkNotEnabled(Rule):
     def check(self, facts: Facts) -> Iterator[Violation]:
         yield from self._conflicts(facts)
         anchor = first_torch_import(facts)
-        if anchor is None or not facts.is_cuda_code or not is_training_file(facts):
+        if anchor is None or not facts.devices.is_cuda_code or not is_training_file(facts):
             return
         w = words(facts)
         if w.name_contains("deterministic") or any("CUBLAS_WORKSPACE_CONFIG" in v for v in w.strings) or _cudnn_flag_assignments(facts, "benchmark"):
@@ -206,10 +206,10 @@ class CudnnBenchmarkNotEnabled(Rule):
         if any(
             isinstance(a.value, cst.Name) and a.value.value == "cudnn" or
             (isinstance(a.value, cst.Attribute) and a.value.attr.value == "cudnn")
-            for a in facts.index[cst.Attribute] if a.attr.value == "benchmark"
+            for a in facts.tree.index[cst.Attribute] if a.attr.value == "benchmark"
         ) or "cudnn" in {s.lower() for s in w.strings} or w.name_contains("cudnn_benchmark"):
             return
-        if any(a.keyword is not None and a.keyword.value == "benchmark" for c in facts.calls() for a in c.args):
+        if any(a.keyword is not None and a.keyword.value == "benchmark" for c in facts.tree.calls() for a in c.args):
             return  # e.g. Lightning's Trainer(benchmark=...)
         if not has_conv_layers(facts) or variable_input_shapes(facts) or _sequence_convs(facts):
             return
@@ -223,7 +223,7 @@ class CudnnBenchmarkNotEnabled(Rule):
             if r is not None:
                 fix = self.unsafe("Add `torch.backends.cudnn.benchmark = True`", r)
         conv = _first_conv_call(facts)
-        what = "this convolution layer" if conv is None or facts.qualname(conv.func) in CONV_APIS \
+        what = "this convolution layer" if conv is None or facts.tree.qualname(conv.func) in CONV_APIS \
             else "the convolution layers of this model"
         if conv is not None and _frozen(facts, conv):
             what = "this frozen network's convolutions (it is not trained, but its forward runs every step)"
@@ -237,17 +237,17 @@ class CudnnBenchmarkNotEnabled(Rule):
         )
 
     def _conflicts(self, facts: Facts) -> Iterator[Violation]:
-        det_stmts = [facts.statement_of(a) for a in _cudnn_flag_assignments(facts, "deterministic")
+        det_stmts = [facts.tree.statement_of(a) for a in _cudnn_flag_assignments(facts, "deterministic")
                      if literal_value(a.value) is True]
-        for call in facts.calls_to("torch.use_deterministic_algorithms"):
+        for call in facts.tree.calls_to("torch.use_deterministic_algorithms"):
             arg = get_arg(call, "mode", 0)
             if arg is not None and literal_value(arg.value) is True:
-                det_stmts.append(facts.statement_of(call))
+                det_stmts.append(facts.tree.statement_of(call))
         if not det_stmts:
             return
-        det_blocks = {id(facts.parent(s)) for s in det_stmts}
+        det_blocks = {id(facts.tree.parent(s)) for s in det_stmts}
         for assign in _cudnn_flag_assignments(facts, "benchmark"):
-            if literal_value(assign.value) is True and id(facts.parent(facts.statement_of(assign))) in det_blocks:
+            if literal_value(assign.value) is True and id(facts.tree.parent(facts.tree.statement_of(assign))) in det_blocks:
                 yield Violation(
                     assign,
                     "`cudnn.benchmark = True` next to a determinism setting: the determinism flag keeps "

@@ -17,7 +17,7 @@ _OTHER_ACCELERATORS = re.compile(r"^(mps|xpu|hpu|npu|mtia|xla|privateuseone)(:\d
 
 
 def _cpu_only(facts: Facts) -> bool:
-    if facts.is_cuda_code:
+    if facts.devices.is_cuda_code:
         return False
     strings = words(facts).strings
     if any(_OTHER_ACCELERATORS.match(s) for s in strings) or words(facts).name_contains("accelerator"):
@@ -29,32 +29,32 @@ def compiled_functions(facts: Facts) -> dict[cst.FunctionDef, cst.Call | None]:
     """Functions compiled with `torch.compile` in this file → the compile call (None for a
     bare `@torch.compile` decorator)."""
     out: dict[cst.FunctionDef, cst.Call | None] = {}
-    for fn in facts.index[cst.FunctionDef]:
+    for fn in facts.tree.index[cst.FunctionDef]:
         for d in fn.decorators:
             dec = d.decorator
             target = dec.func if isinstance(dec, cst.Call) else dec
-            if facts.qualname(target) == "torch.compile":
+            if facts.tree.qualname(target) == "torch.compile":
                 out[fn] = dec if isinstance(dec, cst.Call) else None
-    for call in facts.calls_to("torch.compile"):
+    for call in facts.tree.calls_to("torch.compile"):
         arg = get_arg(call, "model", 0)
         if arg is None:
             continue
         value = arg.value
-        if isinstance(value, cst.Name) and value.value in facts.functions_by_name and not facts.lookup(value.value, value):
-            fns = facts.functions_by_name[value.value]
+        if isinstance(value, cst.Name) and value.value in facts.tree.functions_by_name and not facts.bindings.lookup(value.value, value):
+            fns = facts.tree.functions_by_name[value.value]
             if len(fns) == 1:
                 out.setdefault(fns[0], call)
             continue
         ctor = value
         if isinstance(value, cst.Name):
-            bs = facts.lookup(value.value, value)
+            bs = facts.bindings.lookup(value.value, value)
             ctor = bs[0].node if len(bs) == 1 and bs[0].how == "expr" else None
         while isinstance(ctor, cst.Call) and isinstance(ctor.func, cst.Attribute) and ctor.func.attr.value in (
             "to", "cuda", "cpu", "train", "eval", "float", "half", "bfloat16", "double", "requires_grad_"
         ):
             ctor = ctor.func.value
-        if isinstance(ctor, cst.Call) and isinstance(ctor.func, cst.Name) and ctor.func.value in facts.module_classes:
-            cls = facts.classes_by_name.get(ctor.func.value)
+        if isinstance(ctor, cst.Call) and isinstance(ctor.func, cst.Name) and ctor.func.value in facts.kinds.module_classes:
+            cls = facts.tree.classes_by_name.get(ctor.func.value)
             for stmt in cls.body.body if cls is not None else ():
                 if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "forward":
                     out.setdefault(stmt, call)
@@ -126,7 +126,7 @@ class CompileMisuse(Rule):
     tokens = (b"compile",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        for call in facts.calls_to("torch.compile"):
+        for call in facts.tree.calls_to("torch.compile"):
             if self._in_loop(facts, call):
                 yield Violation(
                     call,
@@ -138,25 +138,25 @@ class CompileMisuse(Rule):
                     mode,
                     '`mode="reduce-overhead"` uses CUDA graphs, which do nothing for CPU-only code',
                 )
-        print_shadowed = "print" in facts.functions_by_name
+        print_shadowed = "print" in facts.tree.functions_by_name
         for fn, compile_call in compiled_functions(facts).items():
             fullgraph = False
             if compile_call is not None:
                 fg = get_arg(compile_call, "fullgraph", 1)
                 fullgraph = fg is not None and literal_value(fg.value) is True
-            for call in facts.calls_within(fn):
-                if facts.enclosing_function(call) is not fn:
+            for call in facts.tree.calls_within(fn):
+                if facts.tree.enclosing_function(call) is not fn:
                     continue
                 if call_name(call) == "item" and isinstance(call.func, cst.Attribute) and not call.args and not fullgraph:
                     yield Violation(call, "`.item()` inside a compiled function is a graph break and a host sync")
                 elif isinstance(call.func, cst.Name) and call.func.value == "print" and not print_shadowed \
-                        and not facts.lookup("print", call):
+                        and not facts.bindings.lookup("print", call):
                     yield Violation(call, "`print` inside a compiled function is a graph break")
 
     @staticmethod
     def _in_loop(facts: Facts, call: cst.Call) -> bool:
         loops = []
-        for a in facts.ancestors(call):
+        for a in facts.tree.ancestors(call):
             if isinstance(a, (cst.If, cst.Try, cst.IfExp)):
                 if not loops:
                     return False  # compiled under a condition (once, lazily): fine
@@ -165,8 +165,8 @@ class CompileMisuse(Rule):
             if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
                 break
         for loop in loops:
-            if facts.loop_kind(loop) is not None:
+            if facts.loops.loop_kind(loop) is not None:
                 return True
-            if any(facts.is_inside(inner, loop) for inner in (*facts.training_loops(), *facts.eval_loops())):
+            if any(facts.tree.is_inside(inner, loop) for inner in (*facts.loops.training_loops(), *facts.loops.eval_loops())):
                 return True
         return False

@@ -63,7 +63,7 @@ class ChannelsLastMissing(Rule):
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         anchor = first_torch_import(facts)
-        if anchor is None or not facts.uses_autocast or not facts.is_cuda_code or not is_training_file(facts):
+        if anchor is None or not facts.filewide.uses_autocast or not facts.devices.is_cuda_code or not is_training_file(facts):
             return
         if words(facts).name_contains("channels_last") or not has_conv_layers(facts, two_d=True):
             return

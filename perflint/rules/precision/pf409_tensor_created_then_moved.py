@@ -12,6 +12,7 @@ from perflint.analysis import Facts, call_name, get_arg, literal_value
 from perflint.analysis.syntax import strip_not
 from perflint.names import dotted
 from perflint.rules.base import FixClass, FixPlan, Rule, Violation
+from perflint.analysis.vocab import Kind
 
 
 # Constructors whose values do not depend on where they are computed.  Not `tensor`,
@@ -54,7 +55,7 @@ def _inference_only(facts: Facts, node: cst.CSTNode) -> bool:
     function or class named for prediction, export or generation (`detect`, `predict_3D`,
     `export_onnx`, `warmup`)."""
     cur = node
-    for anc in facts.ancestors(node):
+    for anc in facts.tree.ancestors(node):
         if isinstance(anc, cst.If):
             test, negated = strip_not(anc.test)
             name = (dotted(test) or "").rsplit(".", 1)[-1] if isinstance(test, (cst.Name, cst.Attribute)) else ""
@@ -75,32 +76,32 @@ def runs_repeatedly(facts: Facts, node: cst.CSTNode, depth: int = 0) -> bool:
     per-step function, in an unthrottled loop inside a function, in a model's `forward`, or in
     a function that this file calls from such code.  Module-level setup, `__init__`, code
     before the loop and helpers called once (or from nowhere in view) run once."""
-    if facts.iteration_context(node) is not None:
+    if facts.loops.iteration_context(node) is not None:
         return True
-    fn = facts.enclosing_function(node)
+    fn = facts.tree.enclosing_function(node)
     if depth > 4 or (fn is not None and fn.name.value in _ONCE_FUNCTIONS):
         return False
     cur = node
-    for anc in facts.ancestors(node):
+    for anc in facts.tree.ancestors(node):
         if anc is fn or isinstance(anc, (cst.ClassDef, cst.Lambda)):
             break
         if isinstance(anc, (cst.For, cst.While)) and cur is anc.body:
-            if facts.runs_each_time(node, anc, nested_functions=False):
+            if facts.loops.runs_each_time(node, anc, nested_functions=False):
                 return True
         cur = anc
     if fn is None:
         return False
-    cls = facts.enclosing_class(fn)
+    cls = facts.tree.enclosing_class(fn)
     if cls is not None and fn.name.value in ("forward", "backward") and any(
-            (facts.qualname(b.value) or dotted(b.value) or "").endswith("autograd.Function") for b in cls.bases):
+            (facts.tree.qualname(b.value) or dotted(b.value) or "").endswith("autograd.Function") for b in cls.bases):
         # A custom autograd Function runs when something calls `Name.apply(...)`; one nothing
         # in the file applies may be dead code (yolov7's unused ranking losses).
         return any(isinstance(a.value, cst.Name) and a.value.value == cls.name.value and a.attr.value == "apply"
-                   for a in facts.index[cst.Attribute])
-    if fn.name.value in _REPEATED_METHODS or facts.step_function_kind(fn) is not None:
+                   for a in facts.tree.index[cst.Attribute])
+    if fn.name.value in _REPEATED_METHODS or facts.loops.step_function_kind(fn) is not None:
         return True
-    own_method = cls is not None and facts.parent(facts.parent(fn)) is cls
-    for c in facts.calls():
+    own_method = cls is not None and facts.tree.parent(facts.tree.parent(fn)) is cls
+    for c in facts.tree.calls():
         f = c.func
         if isinstance(f, cst.Name) and f.value == fn.name.value and not own_method:
             pass
@@ -109,7 +110,7 @@ def runs_repeatedly(facts: Facts, node: cst.CSTNode, depth: int = 0) -> bool:
             pass
         else:
             continue
-        if facts.is_inside(c, fn):
+        if facts.tree.is_inside(c, fn):
             continue  # recursion
         if runs_repeatedly(facts, c, depth + 1):
             return True
@@ -197,7 +198,7 @@ class TensorCreatedThenMoved(Rule):
     per_step = True
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        for call in facts.calls():
+        for call in facts.tree.calls():
             name = call_name(call)
             if name not in ("to", "cuda") or not isinstance(call.func, cst.Attribute):
                 continue
@@ -215,7 +216,7 @@ class TensorCreatedThenMoved(Rule):
                     break
             if not isinstance(inner, cst.Call):
                 continue
-            q = facts.qualname(inner.func) or ""
+            q = facts.tree.qualname(inner.func) or ""
             if not q.startswith("torch.") or q.count(".") != 1:
                 continue
             ctor = q[len("torch."):]
@@ -262,16 +263,16 @@ class TensorCreatedThenMoved(Rule):
         if dev_arg is None:
             return None  # `.to(dtype=...)` only
         dtype_arg = get_arg(call, "dtype", 1)
-        ks = facts.device_kinds(dev_arg.value)
-        if facts.is_device_expr(dev_arg.value):
-            if ks == {"device_cpu"}:
+        ks = facts.devices.device_kinds(dev_arg.value)
+        if facts.devices.is_device_expr(dev_arg.value):
+            if ks == {Kind.DEVICE_CPU}:
                 return None
             strength = "proven"
         else:
             target = dev_arg.value
             label = target.attr.value if isinstance(target, cst.Attribute) else (
                 target.value if isinstance(target, cst.Name) else "")
-            if not _DEVICE_NAME.search(label.lower()) or facts.kinds(target) & {"tensor", "output", "batch"}:
+            if not _DEVICE_NAME.search(label.lower()) or facts.kinds.of(target) & {Kind.TENSOR, Kind.OUTPUT, Kind.BATCH}:
                 return None
             strength = "named"
         if len(positional) > 2 or any(a.keyword is not None and a.keyword.value not in _TO_KEYWORDS for a in call.args):

@@ -32,13 +32,13 @@ def mentions_compile(facts: Facts) -> bool:
         if "compile" not in name.lower():
             continue
         for node in nodes:
-            parent = facts.parent(node)
+            parent = facts.tree.parent(node)
             if isinstance(parent, cst.Attribute) and parent.attr is node:
-                if facts.qualname(parent) in _NOT_TORCH_COMPILE:
+                if facts.tree.qualname(parent) in _NOT_TORCH_COMPILE:
                     continue
-            elif name == "compile" and isinstance(parent, cst.Call) and parent.func is node and not facts.lookup(name, node):
+            elif name == "compile" and isinstance(parent, cst.Call) and parent.func is node and not facts.bindings.lookup(name, node):
                 continue  # the builtin
-            elif isinstance(parent, cst.ImportAlias) and facts.qualname(node) in _NOT_TORCH_COMPILE:
+            elif isinstance(parent, cst.ImportAlias) and facts.tree.qualname(node) in _NOT_TORCH_COMPILE:
                 continue
             return True
     return False
@@ -51,16 +51,16 @@ def _model_binding(facts: Facts, call: cst.Call) -> tuple[str, Binding] | None:
     if not isinstance(call.func, cst.Name):
         return None
     name = call.func.value
-    bs = facts.lookup(name, call.func)
+    bs = facts.bindings.lookup(name, call.func)
     if len(bs) != 1 or bs[0].how != "expr" or not isinstance(bs[0].site, cst.Assign):
         return None
     site = bs[0].site
     if len(site.targets) != 1 or not isinstance(site.targets[0].target, cst.Name) or not isinstance(site.value, cst.Call):
         return None
-    scope = facts.scope_of(site)
-    if any(isinstance(a, (cst.For, cst.While)) for a in facts.ancestors(site) if a is not scope and facts.is_inside(a, scope)):
+    scope = facts.tree.scope_of(site)
+    if any(isinstance(a, (cst.For, cst.While)) for a in facts.tree.ancestors(site) if a is not scope and facts.tree.is_inside(a, scope)):
         return None  # a model built per fold or per run: each new model would compile again
-    if facts.qualname(site.value.func) in ("torch.compile", "torch.jit.script", "torch.jit.trace"):
+    if facts.tree.qualname(site.value.func) in ("torch.compile", "torch.jit.script", "torch.jit.trace"):
         return None
     return name, bs[0]
 
@@ -176,11 +176,11 @@ class ModelNotCompiled(Rule):
         if variable_input_shapes(facts) or words(facts).name_contains("mark_dynamic"):
             return
         seen: dict[cst.CSTNode, str] = {}
-        containers = list(facts.training_loops())
-        containers += [fn for fn in facts.index[cst.FunctionDef] if facts.step_function_kind(fn) == "train"]
+        containers = list(facts.loops.training_loops())
+        containers += [fn for fn in facts.tree.index[cst.FunctionDef] if facts.loops.step_function_kind(fn) == "train"]
         for container in containers:
-            for call in facts.calls_within(container):
-                if not is_model_call(facts, call) or facts.grad_context(call) == "off":
+            for call in facts.tree.calls_within(container):
+                if not is_model_call(facts, call) or facts.grad.grad_context(call) == "off":
                     continue  # a model only run without grad (a target network) is not trained here
                 if isinstance(call.func, cst.Name) and any(w in call.func.value.lower() for w in _NOT_MODEL_WORDS):
                     continue  # a loss module with parameters (AAM-softmax): not what users compile
@@ -188,7 +188,7 @@ class ModelNotCompiled(Rule):
                 if found is not None and found[1].site not in seen:
                     seen[found[1].site] = found[0]
         tn = torch_module_name(facts)
-        for site, name in sorted(seen.items(), key=lambda kv: facts.order.get(kv[0], 0)):
+        for site, name in sorted(seen.items(), key=lambda kv: facts.tree.order.get(kv[0], 0)):
             fix = self._fix(facts, site, name, tn)
             note = "" if fix is not None else (
                 " (no fix: the file saves or loads the model's state dict, whose keys `torch.compile` "
@@ -206,7 +206,7 @@ class ModelNotCompiled(Rule):
     def _fix(self, facts: Facts, site: cst.CSTNode, name: str, tn: str | None):
         if tn is None:
             return None
-        where = facts.block_of(site)
+        where = facts.tree.block_of(site)
         if where is None:
             return None
         block, i = where
@@ -215,9 +215,9 @@ class ModelNotCompiled(Rule):
             i += 1
         anchor = body[i]
         setup = body[where[1]:i + 1]
-        for call in facts.calls():
-            if call_name(call) in _CHECKPOINT_METHODS or facts.qualname(call.func) == "torch.save":
-                if not any(facts.is_inside(call, st) for st in setup):
+        for call in facts.tree.calls():
+            if call_name(call) in _CHECKPOINT_METHODS or facts.tree.qualname(call.func) == "torch.save":
+                if not any(facts.tree.is_inside(call, st) for st in setup):
                     return None  # checkpoints: their keys would change (any receiver: helpers take the model as an argument)
         # A name used before the insertion point but bound elsewhere is fine; the same name
         # rebound later (a DDP wrap) keeps the compiled module inside.
