@@ -32,6 +32,7 @@ from perflint.diagnostics import (
     Location,
 )
 from perflint.runcontext import current_trees
+from perflint.selection import prefilter_tokens
 from perflint.source import Source, SourceError, read_source
 
 MAX_FIX_PASSES = 10
@@ -67,11 +68,10 @@ def _rules_for(options: LintOptions):
     return [registry[c]() for c in options.codes if c in registry and registry[c].applies_to(options.target_torch)]
 
 
-def prefilter_tokens(rules) -> tuple[bytes, ...]:
-    toks: set[bytes] = set()
-    for r in rules:
-        toks.update(r.tokens)
-    return tuple(sorted(toks))
+def _cannot_fire(raw: bytes, options: LintOptions) -> bool:
+    """The prefilter: the file holds none of the tokens of the selected rules (read from
+    the rule table: the rule modules and libcst are not imported for it)."""
+    return options.prefilter and not any(tok in raw for tok in prefilter_tokens(options.codes, options.target_torch))
 
 
 def _cpython_syntax_error(text: str) -> str | None:
@@ -399,8 +399,10 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
     if isinstance(src, FileError):
         result.errors.append(src)
         return result
-    rules = _rules_for(options)
     other = not_torch_code(src.raw)
+    if not summarise and (other or _cannot_fire(src.raw, options)):
+        return _skip(result, src, path)  # no selected rule can fire
+    rules = _rules_for(options)
     if summarise and src.notebook is None and not other and rules and project is not None \
             and project.index is None and (alone or len(src.text) >= FIRST_PASS_ALONE_CHARS) \
             and _calls_its_own_functions(src.text):
@@ -415,7 +417,7 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
         if not isinstance(analysis, FileError):
             result.summary = _summary_of(analysis, src.text)
         return result
-    if other or (options.prefilter and not any(tok in src.raw for tok in prefilter_tokens(rules))):
+    if other or _cannot_fire(src.raw, options):
         return _skip(result, src, path)  # no selected rule can fire
     analysis = _analyze(src.text, path, rules, options.target_torch, project)
     return _finish(result, src, analysis, options, project)
@@ -636,9 +638,9 @@ def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, 
         return result
     result.original_bytes = src.raw
     first_src = src
-    rules = _rules_for(options)
-    if (options.prefilter and not any(tok in src.raw for tok in prefilter_tokens(rules))) or not_torch_code(src.raw):
+    if _cannot_fire(src.raw, options) or not_torch_code(src.raw):
         return _skip(result, src, path)
+    rules = _rules_for(options)
     first: list = []
     last: list = []
     new_text, applied, errors = fix_text(src.text, path, options, unsafe, fixable=fixable, project=project,

@@ -86,7 +86,9 @@ def _run_job(job: Job) -> FileResult:
 
 
 def preload() -> None:
-    """Import the rules (and libcst) once, before worker processes are forked from us."""
+    """Import the rules (and libcst) once, before worker processes are forked from us (a run
+    in this process imports them when a file needs them: not at all when the prefilter
+    skips every file)."""
     from perflint.rules import all_rules
 
     import perflint.analysis  # noqa: F401
@@ -118,9 +120,9 @@ def run_jobs(
     are forked) and returns the per-result callback.  A worker that dies (a crash in native
     code, the out-of-memory killer) costs only the file it was working on.
     """
-    if jobs:
-        preload()
     if pool is not None and jobs and (pool.started or len(jobs) >= 8):
+        if not pool.started:
+            preload()
         out = pool.run(jobs, progress, on_start)  # workers that live for the whole run
         return _retry_lost(jobs, out, progress)
     if workers <= 1 or len(jobs) < 8 or pool is not None:
@@ -135,6 +137,7 @@ def run_jobs(
         return results
     from perflint.pool import Pool
 
+    preload()
     with Pool(min(workers, len(jobs)), run_job) as own:
         out = own.run(jobs, progress, on_start)
     return _retry_lost(jobs, out, progress)

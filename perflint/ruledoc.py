@@ -80,7 +80,32 @@ def readme_with_table(text: str) -> str:
     return text[:start] + readme_table() + text[end:]
 
 
+TABLE_FILE = Path(__file__).resolve().parent / "rules" / "table.py"
+TABLE_HEAD = '''"""Every rule's declarations, generated from the rule classes by `python -m perflint.ruledoc`
+(a test fails while it is stale): what selecting rules, the prefilter and the reports need,
+read without importing the rules and libcst.  Do not edit."""
+
+'''
+
+
+def table_source() -> str:
+    """The text of `perflint/rules/table.py`: code → name, summary, severity, fix class,
+    default, torch bounds, prefilter tokens and documentation."""
+    rows = []
+    for code, r in all_rules().items():
+        fields = {
+            "name": r.name, "summary": r.summary, "severity": r.severity.value, "fix": r.fix_class.value,
+            "default": bool(r.default), "min_torch": tuple(r.min_torch) if r.min_torch else None,
+            "max_torch": tuple(r.max_torch) if r.max_torch else None, "tokens": tuple(r.tokens), "doc": r.doc(),
+        }
+        body = "".join(f"        {k!r}: {v!r},\n" for k, v in fields.items())
+        rows.append(f"    {code!r}: {{\n{body}    }},\n")
+    return TABLE_HEAD + "RULES = {\n" + "".join(rows) + "}\n"
+
+
 def main() -> None:
+    TABLE_FILE.write_text(table_source(), encoding="utf-8")
+    print(f"wrote {TABLE_FILE}")
     DOCS_FILE.parent.mkdir(parents=True, exist_ok=True)
     DOCS_FILE.write_text(reference_html(), encoding="utf-8")
     print(f"wrote {DOCS_FILE}")

@@ -21,7 +21,7 @@ from perflint.engine import LintOptions
 from perflint.jobs import Job, default_workers, run_job, run_jobs
 from perflint.projectrun import ProjectPhase
 from perflint.options import options_for
-from perflint.selection import fixable_codes, write_snapshot
+from perflint.selection import fixable_codes
 from perflint.source import SourceError, atomic_write, read_bytes
 
 ProgressFactory = Callable[[int], "Callable[[FileResult], None] | None"]
@@ -224,7 +224,6 @@ def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: 
         for c in caches.values():
             c.save()
         proj.save()
-        write_snapshot()
     outcome.results = [results[k] for k in f.order if k in results]
     _drop_unfixable(outcome.results, f.settings_for)
     return outcome

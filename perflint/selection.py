@@ -14,7 +14,6 @@ layer and the command line another, applied in that order:
 from __future__ import annotations
 
 import re
-import sys
 from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
@@ -24,92 +23,55 @@ if TYPE_CHECKING:  # annotations only: config imports selection to validate code
 
 
 def _registry():
-    """Rule code → rule class (or, before the rules are imported, a light record of it).
-
-    Selecting rules needs only their codes, default flags and severities.  Importing the rule modules
-    means importing libcst, which costs a warm run (every file answered from the cache) a
-    third of its time; so a run that has not imported them reads the registry snapshot
-    that an earlier run of the same perflint build left in the cache folder.
-    """
-    if "perflint.rules.base" not in sys.modules:
-        snap = _cached_snapshot()
-        if snap is not None:
-            return snap
-    from perflint.rules import all_rules
-
-    return all_rules()
+    """Rule code → its declarations: the generated table (`perflint.rules.table`), so that
+    selecting rules, reporting and the prefilter never import the rule modules (and libcst,
+    which costs a run answered from the cache a third of its time)."""
+    return _records()
 
 
 class _RuleRecord:
-    __slots__ = ("code", "name", "default", "severity", "summary", "fix_class", "_doc")
+    """A rule's declarations as `perflint.rules.table` keeps them."""
 
-    def __init__(self, code: str, name: str, default: bool, severity: str, summary: str = "",
-                 fix_class: str = "none", doc: str = "") -> None:
+    __slots__ = ("code", "name", "default", "severity", "summary", "fix_class", "min_torch", "max_torch", "tokens",
+                 "_doc")
+
+    def __init__(self, code: str, row: dict) -> None:
         from perflint.diagnostics import Severity
         from perflint.rules.metadata import FixClass
 
-        self.code, self.name, self.default = code, name, default
-        self.severity = Severity(severity)
-        self.summary, self.fix_class, self._doc = summary, FixClass(fix_class), doc
+        self.code, self.name, self.default = code, row["name"], row["default"]
+        self.severity = Severity(row["severity"])
+        self.summary, self.fix_class, self._doc = row["summary"], FixClass(row["fix"]), row["doc"]
+        self.min_torch, self.max_torch, self.tokens = row["min_torch"], row["max_torch"], row["tokens"]
+
+    def applies_to(self, target) -> bool:
+        """As `Rule.applies_to`: whether the rule runs for this target torch."""
+        return (self.min_torch is None or tuple(target) >= self.min_torch) and \
+            (self.max_torch is None or tuple(target) < self.max_torch)
 
     def doc(self) -> str:
         return self._doc
 
 
+@lru_cache(maxsize=1)
+def _records() -> dict:
+    from perflint.rules.table import RULES
+
+    return {code: _RuleRecord(code, row) for code, row in RULES.items()}
+
+
 def rule_records() -> dict:
-    """Rule code → its name, summary, severity, fix class and documentation: the rule
-    classes, or (before they are imported) the snapshot an earlier run left, so that
-    reporting a cached run (SARIF's rule table) does not import the rules and libcst."""
+    """Rule code → its name, summary, severity, fix class and documentation, without
+    importing the rules."""
     return _registry()
 
 
-def _snapshot_store():
-    from perflint import __version__
-    from perflint.cache import cache_dir, code_stamp
-    from perflint.store import Store
-
-    return Store(cache_dir()), f"rules/{__version__}/{code_stamp()}"
-
-
-@lru_cache(maxsize=1)
-def _cached_snapshot() -> dict | None:
-    return _read_snapshot()
-
-
-def _read_snapshot() -> dict | None:
-    store, namespace = _snapshot_store()
-    data = store.load(namespace)
-    store.close()
-    if not data:
-        return None
-    try:
-        return {
-            code: _RuleRecord(code, str(v["name"]), bool(v["default"]), str(v["severity"]), str(v["summary"]),
-                              str(v["fix"]), str(v["doc"]))
-            for code, v in sorted(data.items())
-        }
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def write_snapshot() -> None:
-    """Record the registry for later runs, if the rules are imported and it is not there."""
-    if "perflint.rules.base" not in sys.modules:
-        return
-    store, namespace = _snapshot_store()
-    try:
-        if store.load(namespace):
-            return
-        from perflint.rules import all_rules
-
-        data = {
-            code: {"name": r.name, "default": bool(r.default), "severity": r.severity.value, "summary": r.summary,
-                   "fix": str(r.fix_class), "doc": r.doc()}
-            for code, r in all_rules().items()
-        }
-        store.save(namespace, "rules", data)
-    finally:
-        store.close()
+def prefilter_tokens(codes, target) -> tuple[bytes, ...]:
+    """The byte strings one of which a file must hold for any of `codes` to fire there at
+    this target torch (each rule's `tokens`)."""
+    records = _records()
+    toks = {tok for c in codes if c in records and records[c].applies_to(target) for tok in records[c].tokens}
+    return tuple(sorted(toks))
 
 
 def severity_of(code: str):

@@ -1,7 +1,7 @@
 """What perflint keeps between runs, in one SQLite database: `<cache dir>/cache.sqlite3`.
 
-The result cache (`cache.Cache`), the module summaries and import lines of the project
-phase (`projectrun`) and the rule registry snapshot (`selection`) each keep their entries
+The result cache (`cache.Cache`) and the module summaries and import lines of the project
+phase (`projectrun`) each keep their entries
 in a *namespace*, named by what they are and by everything that decides them (perflint's
 version, a stamp of its code, the settings).  A namespace is read whole when a run starts
 and only what changed is written when it ends, in one transaction.

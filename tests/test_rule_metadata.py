@@ -124,6 +124,23 @@ def test_no_rule_code_is_written_outside_the_rules():
     assert not found, "rule codes written by hand:\n" + "\n".join(found)
 
 
+def test_the_rule_table_is_generated_from_the_rules():
+    """perflint/rules/table.py (what selection, the prefilter and reports read without
+    importing the rules) is exactly what the rule classes declare."""
+    from perflint.ruledoc import TABLE_FILE, table_source
+    from perflint.selection import rule_records
+
+    assert TABLE_FILE.read_text(encoding="utf-8") == table_source(), "regenerate it: python -m perflint.ruledoc"
+    records = rule_records()
+    assert list(records) == list(all_rules())
+    for code, r in all_rules().items():
+        rec = records[code]
+        assert (rec.name, rec.default, rec.severity, rec.fix_class, rec.tokens) == \
+            (r.name, r.default, r.severity, r.fix_class, r.tokens)
+        for target in ((1, 4), (1, 9), (1, 10), (1, 13), (2, 0), (2, 4), (2, 13), (3, 0)):
+            assert rec.applies_to(target) == r.applies_to(target), (code, target)
+
+
 def test_readme_rule_table_is_the_rules_metadata():
     """Each row is code, name, summary, fix class and default as the rule declares them;
     `python -m perflint.ruledoc` writes the table."""

@@ -107,3 +107,14 @@ def test_a_warm_one_file_run_does_not_reread_the_project(project, monkeypatch):
     read.clear()
     run("check", "train.py", "-j1", "--output-format", "concise")
     assert read == ["m1.py"]
+
+
+def test_a_cold_run_on_a_file_no_rule_can_fire_in_never_imports_libcst(tmp_path):
+    """The prefilter reads the rule table, not the rules: a file that holds none of the
+    selected rules' tokens is skipped before libcst is imported (a pre-commit run on a
+    utility module)."""
+    write(tmp_path, {"paths.py": "import os\n\n\ndef under(root, name):\n    return os.path.join(root, name)\n"})
+    assert "libcst" not in _imports(tmp_path, "check", "paths.py", "--no-cache", "--exit-zero")
+    assert "libcst" not in _imports(tmp_path, "fix", "paths.py", "--no-cache", "--exit-zero")
+    write(tmp_path, {"loader.py": "from torch.utils.data import DataLoader\nloader = DataLoader(ds)\n"})
+    assert "libcst" in _imports(tmp_path, "check", "loader.py", "--no-cache", "--exit-zero")
