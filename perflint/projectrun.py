@@ -115,7 +115,25 @@ def _candidate_files(index: ProjectIndex, importer: str, ref: str) -> list[str]:
     return out
 
 
+# The names an import statement mentions: the components of `from`'s module and what it
+# imports (on the statement's first line), or the modules (and aliases) `import` lists.
+_FROM_NAMES = re.compile(rb"^[ \t]*from\s+([\w.]+)\s+import(?:\s+([\w, ()]*))?", re.M)
+_IMPORT_NAMES = re.compile(rb"^[ \t]*import\s+([\w., ]*)", re.M)
+_WORD = re.compile(rb"\w+")
+_ASCII_NAME = re.compile(r"[A-Za-z0-9_]+")
 _IMPORT_LINE = r"^\s*(?:from\s+[\w.]*\b{0}\b[\w.]*\s+import|import\s+[\w., ]*\b{0}\b|from\s+[.\w]+\s+import\s+[\w, ()]*\b{0}\b)"
+
+
+def import_words(text: bytes) -> frozenset[bytes]:
+    """Every name the import lines `text` mention (`ImportLines.get`)."""
+    words: set[bytes] = set()
+    for m in _FROM_NAMES.finditer(text):
+        words.update(_WORD.findall(m.group(1)))
+        if m.group(2):
+            words.update(_WORD.findall(m.group(2)))
+    for m in _IMPORT_NAMES.finditer(text):
+        words.update(_WORD.findall(m.group(1)))
+    return frozenset(words)
 
 
 def importers(all_files: set[str], targets: list[str], skip: set[str], lines: "ImportLines | None" = None) -> set[str]:
@@ -123,15 +141,13 @@ def importers(all_files: set[str], targets: list[str], skip: set[str], lines: "I
     stems = {Path(t).stem if Path(t).name != "__init__.py" else Path(t).parent.name for t in targets}
     if not stems:
         return set()
-    rx = re.compile("|".join(_IMPORT_LINE.format(re.escape(s)) for s in sorted(stems)).encode(), re.M)
+    wanted = {s.encode() for s in stems}
     lines = lines if lines is not None else ImportLines(None)
-    out = set()
-    for f in all_files:
-        if f in skip:
-            continue
-        text = lines.get(f)
-        if text is not None and rx.search(text):
-            out.add(f)
+    out = {f for f in all_files if f not in skip and not wanted.isdisjoint(lines.words(f))}
+    odd = sorted(s for s in stems if not _ASCII_NAME.fullmatch(s))  # a module named in non-ASCII letters
+    if odd:
+        rx = re.compile("|".join(_IMPORT_LINE.format(re.escape(s)) for s in odd).encode(), re.M)
+        out |= {f for f in all_files if f not in skip and rx.search(lines.get(f) or b"")}
     return out
 
 
@@ -153,6 +169,7 @@ class ImportLines:
         self._fresh_bytes = 0
         self.changed: dict[str, list] = {}
         self.used: set[str] = set()
+        self._words: dict[str, frozenset[bytes]] = {}
 
     def _entry(self, path: str) -> list | None:
         """[mtime_ns, size, import lines, sha256] of a regular file, read only when its size
@@ -185,6 +202,14 @@ class ImportLines:
         """The file's import lines joined by newlines (None: not a readable regular file)."""
         entry = self._entry(path)
         return entry[2].encode("latin-1") if entry is not None else None
+
+    def words(self, path: str) -> frozenset[bytes]:
+        """The names the file's import lines mention (`import_words`)."""
+        got = self._words.get(path)
+        if got is None:
+            text = self.get(path)
+            got = self._words[path] = import_words(text) if text is not None else frozenset()
+        return got
 
     def sha(self, path: str) -> str | None:
         """The SHA-256 of the file's bytes, or None."""

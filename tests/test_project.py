@@ -228,3 +228,30 @@ def test_a_warm_run_of_an_unchanged_project_asks_no_question_again(proj, monkeyp
     again = runner.run(["."], Resolver(), jobs=1)
     assert asked and again.cached >= 2
     assert [r.diagnostics for r in again.results] == [r.diagnostics for r in cold.results]
+
+
+@pytest.mark.parametrize("line, found", [
+    ("from pkg.engine import train_one_epoch", {"engine"}),
+    ("from .engine import train", {"engine"}),
+    ("from . import engine, utils", {"engine", "utils"}),
+    ("from pkg import (engine,", {"engine"}),
+    ("import pkg.engine as eng", {"engine"}),
+    ("    import engine  # inside a function", {"engine"}),
+    ("import engine_v2", set()),  # another module
+    ("from pkg.engine_v2 import train", set()),
+    ("importlib.import_module('engine')", set()),  # not an import statement
+    ("from x import y; import engine", set()),  # only the first statement of a line is read
+    ("import données", {"données"}),  # a module named in non-ASCII letters
+])
+def test_importers_are_the_files_whose_import_lines_name_a_target(tmp_path, line, found):
+    """`projectrun.importers`: which files name a target module in their import lines (the
+    files of a project to summarise besides those checked)."""
+    from perflint.projectrun import ImportLines, importers
+
+    targets = [str(tmp_path / "pkg" / "engine.py"), str(tmp_path / "pkg" / "utils" / "__init__.py"),
+               str(tmp_path / "données.py")]
+    user = tmp_path / "user.py"
+    user.write_text("import os\n" + line + "\n", encoding="utf-8")
+    got = importers({str(user)}, targets, skip=set(), lines=ImportLines(None))
+    named = {Path(t).stem if Path(t).name != "__init__.py" else Path(t).parent.name for t in targets}
+    assert (got == {str(user)}) == bool(found & named), line
