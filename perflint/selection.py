@@ -14,6 +14,7 @@ layer and the command line another, applied in that order:
 from __future__ import annotations
 
 import re
+import sys
 from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
@@ -23,9 +24,14 @@ if TYPE_CHECKING:  # annotations only: config imports selection to validate code
 
 
 def _registry():
-    """Rule code → its declarations: the generated table (`perflint.rules.table`), so that
-    selecting rules, reporting and the prefilter never import the rule modules (and libcst,
-    which costs a run answered from the cache a third of its time)."""
+    """Rule code → its declarations: the rule classes once they are imported, else the
+    generated table (`perflint.rules.table`, the same declarations), so that selecting
+    rules, reporting and the prefilter do not import the rule modules (and libcst, which
+    costs a run answered from the cache a third of its time)."""
+    if "perflint.rules.base" in sys.modules:
+        from perflint.rules import all_rules
+
+        return all_rules()
     return _records()
 
 
@@ -69,7 +75,7 @@ def rule_records() -> dict:
 def prefilter_tokens(codes, target) -> tuple[bytes, ...]:
     """The byte strings one of which a file must hold for any of `codes` to fire there at
     this target torch (each rule's `tokens`)."""
-    records = _records()
+    records = _registry()
     toks = {tok for c in codes if c in records and records[c].applies_to(target) for tok in records[c].tokens}
     return tuple(sorted(toks))
 
