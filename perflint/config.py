@@ -269,11 +269,18 @@ def torch_lower_bound(requirements: list[str]) -> tuple[int, int] | None:
 
     Several torch requirements (for other markers or extras) give the lowest of their
     bounds; requirements with no lower bound (`torch`, `torch<3`) are not counted.
-    `pytorch==1.3.1` (conda's name for torch) counts as a torch requirement.
+    `pytorch==1.3.1` (conda's name for torch) counts as a torch requirement, and so does a
+    conda environment's line pasted into a requirements file (`- pytorch=1.4.0=py3.7_cuda10.0`).
     """
     best: tuple[int, int] | None = None
     for line in _logical_lines(requirements):
-        if line.startswith("-") or "torch" not in line.lower():
+        if "torch" not in line.lower():
+            continue
+        if line.startswith("-"):  # a pip option (`-r`, `-e`), or a conda line
+            m = _CONDA_REQ.match(line)
+            if m:
+                lower = (int(m.group(2)), int(m.group(3)))
+                best = lower if best is None else min(best, lower)
             continue
         line = _OPTION.split(line, 1)[0].strip()
         parsed = _specifiers(line)

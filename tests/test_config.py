@@ -344,6 +344,9 @@ def test_lower_bound_never_crashes_on_junk(lines):
 
 def test_lower_bound_special_cases():
     assert torch_lower_bound(["pytorch==1.3.1", "torchtext==0.4.0"]) == (1, 3)  # conda's name, in requirements.txt
+    # A conda export saved as requirements.txt (Unsupervised-Classification's).
+    assert torch_lower_bound(["  - blas=1.0=mkl", "  - pytorch=1.4.0=py3.7_cuda10.0.130_cudnn7.6.3_0"]) == (1, 4)
+    assert torch_lower_bound(["-r base.txt", "-e git+https://example.org/torch-thing#egg=x"]) is None
     assert torch_lower_bound(["pytorch-lightning>=2.1"]) is None
     assert torch_lower_bound(["torch==2.*"]) == (2, 0)
     assert torch_lower_bound(["torch==2.10.*"]) == (2, 10)

@@ -71,7 +71,7 @@ def snippet(node: cst.CSTNode, limit: int = 60) -> str:
 
 
 class HotPath(Component):
-    needs = ("tree", "bindings", "cross", "kinds", "loops", "steps")
+    needs = ("tree", "bindings", "cross", "kinds", "throttles", "loops", "steps")
 
     def hot_path(self, node: cst.CSTNode) -> list[WhyStep] | None:
         """The chain of evidence that `node` runs on every training step, or on every batch
@@ -244,10 +244,13 @@ class HotPath(Component):
         return False
 
     def runs_instead_of_training(self, region: cst.CSTNode) -> bool:
-        """The top-level function around `region` is a run mode of its own: it trains nothing,
-        and every use of its name in the file is a call in one arm of an `if` whose other arm
-        calls a function of the file that trains (`if not args.eval: train(args) else:
-        test(args)`), so it never runs while the model trains."""
+        """`region` is in a run mode of its own, which never runs while the model trains:
+        an arm of an `if` on an option that trains nothing (`_run_mode_arm`), or a top-level
+        function that trains nothing and every use of whose name in the file is a call in one
+        arm of an `if` whose other arm calls a function of the file that trains (`if not
+        args.eval: train(args) else: test(args)`)."""
+        if self._run_mode_arm(region):
+            return True
         top = region if isinstance(region, cst.FunctionDef) else self.tree.enclosing_function(region)
         while top is not None and self.tree.parent(top) is not self.facts.module:
             top = self.tree.enclosing_function(top)
@@ -259,6 +262,43 @@ class HotPath(Component):
         if not calls or len(uses) != len(calls):
             return False  # never called here, or handed around by name
         return all(self._other_arm_trains(c) for c in calls)
+
+    def _run_mode_arm(self, region: cst.CSTNode) -> bool:
+        """`region` sits in an arm of `if args.test_only:` / `if args.train: ... else: ...` /
+        `if args.mode == "eval":` that trains nothing, in a file that trains: the other arm
+        trains, or this arm ends the program (`sys.exit(0)`), so the training in the file
+        never runs in the same process as it."""
+        if not self.loops.training_loops():
+            return False
+        cur: cst.CSTNode = region
+        for anc in self.tree.ancestors(region):
+            if isinstance(anc, cst.If) and (cur is anc.body or cur is anc.orelse) and self._option_test(anc.test) \
+                    and not self._arm_trains(cur):
+                other = anc.orelse if cur is anc.body else anc.body
+                if (other is not None and self._arm_trains(other)) or _ends_program(self.tree, cur):
+                    return True
+            cur = anc
+        return False
+
+    def _option_test(self, test: cst.BaseExpression) -> bool:
+        """`args.test_only`, `not args.train`, `args.mode == "eval"`: a run-wide option."""
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+                and isinstance(test.comparisons[0].operator, (cst.Equal, cst.NotEqual)) \
+                and isinstance(test.comparisons[0].comparator, cst.SimpleString):
+            test = test.left
+        return self.throttles.is_option_test(test)
+
+    def _arm_trains(self, arm: cst.CSTNode) -> bool:
+        """A training loop in `arm`, or a call there of a top-level function that has one."""
+        loops = self.loops.training_loops()
+        if any(self.tree.is_inside(loop, arm) for loop in loops):
+            return True
+        for c in self.tree.calls_within(arm):
+            if isinstance(c.func, cst.Name):
+                for fn in self.tree.functions_by_name.get(c.func.value, ()):
+                    if self.tree.parent(fn) is self.facts.module and any(self.tree.is_inside(loop, fn) for loop in loops):
+                        return True
+        return False
 
     def _other_arm_trains(self, call: cst.Call) -> bool:
         """The `if` arm holding `call` has a sibling arm that calls a function of the file
@@ -389,6 +429,26 @@ class HotPath(Component):
             cur = parent
         out.reverse()
         return out
+
+
+_EXITS = frozenset({"sys.exit", "os._exit", "exit", "quit"})
+
+
+def _ends_program(tree, arm: cst.CSTNode) -> bool:
+    """The last statement of an `if` arm ends the program: `sys.exit(0)`, `exit()`,
+    `raise SystemExit`."""
+    block = arm.body if isinstance(arm, cst.Else) else arm
+    body = getattr(block, "body", ())
+    if not body or not isinstance(body[-1], cst.SimpleStatementLine) or not body[-1].body:
+        return False
+    last = body[-1].body[-1]
+    if isinstance(last, cst.Expr) and isinstance(last.value, cst.Call):
+        q = tree.qualname(last.value.func) or (last.value.func.value if isinstance(last.value.func, cst.Name) else "")
+        return q in _EXITS
+    if isinstance(last, cst.Raise) and last.exc is not None:
+        exc = last.exc.func if isinstance(last.exc, cst.Call) else last.exc
+        return isinstance(exc, cst.Name) and exc.value == "SystemExit"
+    return False
 
 
 def _short(facts, path: str) -> str:

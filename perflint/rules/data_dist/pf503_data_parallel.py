@@ -55,7 +55,8 @@ class DataParallel(Rule):
     no `.train()` in the function); a factory nothing in the file calls is still reported (a training script
     elsewhere may use it). In a file that trains, not in a
     function named for sampling or evaluation (`sample`, `test`, `evaluate`, `generate` …)
-    that runs no training step itself. Not in a file that also builds
+    that runs no training step itself, nor in a run mode that trains nothing (an arm of `if
+    args.test_only:` that ends in `sys.exit(0)`, or whose other arm trains). Not in a file that also builds
     `DistributedDataParallel` (DataParallel is then the single-process fallback of a script
     that has the DDP path), nor under `if flag:` with `flag` bound only to False, nor for a
     wrapper every later use of which sits under a throttle in a loop (`sampler =
@@ -88,6 +89,8 @@ class DataParallel(Rule):
                 continue  # `def sample(self):` wraps the model to sample or evaluate, not to train
             if _used_only_now_and_then(facts, call, fn or facts.module):
                 continue  # `sampler = nn.DataParallel(sampler)` used only under `if step % N == 0:`
+            if trains and facts.hotpath.runs_instead_of_training(call):
+                continue  # `if args.test_only: net = nn.DataParallel(net); ...; sys.exit(0)`: a run that does not train
             # `torchrun` came with torch 1.10; before it, `torch.distributed.launch` started the ranks.
             launcher = "`torchrun`" if facts.target_torch >= (1, 10) else "`python -m torch.distributed.launch`"
             yield Violation(

@@ -78,7 +78,9 @@ class EvalWithoutNoGrad(Rule):
     over the samples of one batch drawn with `next(iter(loader))` (a sample grid) or a loop
     that returns after its first pass, nor in an evaluation-only script or a function that runs instead of training (every
     call of it is in one arm of an `if` whose other arm calls the file's training function:
-    `if not args.eval: train(args) else: test(args)`), nor where a comment in the loop or between `.eval()`
+    `if not args.eval: train(args) else: test(args)`) or in a branch that does (the `else:` of
+    `if args.train:` whose body trains, an arm of `if args.test_only:` that ends in
+    `sys.exit(0)`), nor where a comment in the loop or between `.eval()`
     and the loop says autograd must stay on ("# no no_grad here: the hooks need gradients").
 
     ## Applies to
