@@ -172,7 +172,8 @@ class BlockingHostToDeviceCopy(Rule):
     the moment of the cast).
 
     ## Applies to
-    All torch versions; CUDA targets only (never `cpu`, `mps`, `xpu`, or dtype-only `.to`).
+    torch 0.4 and later (`non_blocking=` came with 0.4; 0.3 spelled it `async=`, which is a
+    reserved word since Python 3.7); CUDA targets only (never `cpu`, `mps`, `xpu`, or dtype-only `.to`).
     Not `batch.to(accelerator.device)` in a file that hands its loaders to that
     `accelerator.prepare(...)`: Accelerate's prepared loaders already yield batches there.
     Not for batches of a loader whose `collate_fn` or dataset already moves samples to the
@@ -199,6 +200,7 @@ class BlockingHostToDeviceCopy(Rule):
     summary = "batch copied to the GPU without non_blocking=True"
     fix_class = FixClass.SAFE_OR_UNSAFE
     tokens = (b".to(", b".cuda(")
+    min_torch = (0, 4)  # `non_blocking=` came with 0.4 (0.3 spelled it `async=`, a keyword since Python 3.7)
     per_step = True
 
     def check(self, facts: Facts) -> Iterator[Violation]:

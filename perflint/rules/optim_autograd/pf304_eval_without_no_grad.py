@@ -84,7 +84,8 @@ class EvalWithoutNoGrad(Rule):
     and the loop says autograd must stay on ("# no no_grad here: the hooks need gradients").
 
     ## Applies to
-    All torch versions.
+    torch 0.4 and later: `torch.no_grad()` came with 0.4 (before it, `Variable(x,
+    volatile=True)` turned recording off).
 
     ## References
     - PyTorch tuning guide, "Disable gradient calculation for validation or inference"
@@ -96,6 +97,7 @@ class EvalWithoutNoGrad(Rule):
     summary = "evaluation loop after `.eval()` with autograd still on"
     fix_class = FixClass.SAFE_OR_UNSAFE
     tokens = (b".eval(",)
+    min_torch = (0, 4)  # `torch.no_grad()` came with 0.4 (before it: `Variable(x, volatile=True)`)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         prefix = torch_prefix(facts)
