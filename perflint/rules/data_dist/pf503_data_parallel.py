@@ -60,7 +60,9 @@ class DataParallel(Rule):
     `DistributedDataParallel` (DataParallel is then the single-process fallback of a script
     that has the DDP path), nor under `if flag:` with `flag` bound only to False, nor for a
     wrapper every later use of which sits under a throttle in a loop (`sampler =
-    nn.DataParallel(sampler)` called only `if step % args.sample_step == 0:`).
+    nn.DataParallel(sampler)` called only `if step % args.sample_step == 0:`), nor for one
+    unwrapped before any forward (`net = nn.DataParallel(net)`, `net.load_state_dict(...)`,
+    `net = net.module`: it only lets a DataParallel checkpoint load).
 
     ## References
     - `torch.nn.DataParallel` documentation
@@ -89,6 +91,8 @@ class DataParallel(Rule):
                 continue  # `def sample(self):` wraps the model to sample or evaluate, not to train
             if _used_only_now_and_then(facts, call, fn or facts.module):
                 continue  # `sampler = nn.DataParallel(sampler)` used only under `if step % N == 0:`
+            if _unwrapped_before_use(facts, call, fn or facts.module):
+                continue  # wrapped to load a DataParallel checkpoint, then `net = net.module`
             if trains and facts.hotpath.runs_instead_of_training(call):
                 continue  # `if args.test_only: net = nn.DataParallel(net); ...; sys.exit(0)`: a run that does not train
             # `torchrun` came with torch 1.10; before it, `torch.distributed.launch` started the ranks.
@@ -138,6 +142,40 @@ def _evaluated_after(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:
             where = facts.tree.block_of(c)
             evaluated = evaluated or (where is not None and where[0] is fn.body)
     return evaluated
+
+
+# Methods of a wrapper that run no forward pass (nothing is replicated).
+_NO_FORWARD = {"load_state_dict", "eval", "train", "cuda", "to", "state_dict"}
+
+
+def _unwrapped_before_use(facts: Facts, call: cst.Call, scope: cst.CSTNode) -> bool:
+    """`net = nn.DataParallel(net)`, weights loaded into it (`net.load_state_dict(...)`), then
+    `net = net.module...` in the same block before any forward: the wrapper only lets a
+    checkpoint saved from a DataParallel model load, and nothing is ever replicated."""
+    stmt = facts.tree.statement_of(call)
+    assign = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
+    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
+            and assign.value is call):
+        return False
+    name = assign.targets[0].target.value
+    home = facts.tree.block_of(stmt)
+    uses = sorted((u for u in facts.tree.later_uses(name, scope, facts.tree.order.get(assign.targets[0].target, 0))
+                   if not facts.tree.is_inside(u, call)), key=lambda u: facts.tree.order.get(u, 0))
+    for u in uses:
+        parent = facts.tree.parent(u)
+        if isinstance(parent, cst.AssignTarget):
+            # `net = net.module...` in the wrapper's own block: unwrapped; anything else rebinds it first.
+            rebind = facts.tree.statement_of(u)
+            small = rebind.body[0] if isinstance(rebind, cst.SimpleStatementLine) and rebind.body else None
+            where = facts.tree.block_of(rebind)
+            return (isinstance(small, cst.Assign) and home is not None and where is not None and where[0] is home[0]
+                    and any(isinstance(n, cst.Attribute) and n.attr.value == "module" and isinstance(n.value, cst.Name)
+                            and n.value.value == name for n in iter_nodes(small.value)))
+        if not (isinstance(parent, cst.Attribute) and parent.value is u):
+            return False  # called, or handed on: it may run a forward
+        if parent.attr.value not in _NO_FORWARD or not isinstance(facts.tree.parent(parent), cst.Call):
+            return False
+    return False
 
 
 def _used_only_now_and_then(facts: Facts, call: cst.Call, scope: cst.CSTNode) -> bool:
