@@ -21,14 +21,17 @@ class Throttles(Component):
     needs = ("tree", "bindings", "steps")
 
     @cached_property
+    def _add_argument_calls(self) -> list[cst.Call]:
+        """The file's `parser.add_argument(...)` calls."""
+        return [c for c in self.tree.calls() if isinstance(c.func, cst.Attribute) and c.func.attr.value == "add_argument"]
+
+    @cached_property
     def always_true_options(self) -> frozenset[str]:
         """Options of this file's argparse that are true on every run: `type=bool` with a true
         default (argparse's `bool("False")` is True, so no command line makes it false), or
         `action="store_true"` with a true default."""
         out = set()
-        for call in self.tree.calls():
-            if call_name(call) != "add_argument" or not isinstance(call.func, cst.Attribute):
-                continue
+        for call in self._add_argument_calls:
             default = get_arg(call, "default")
             kind = get_arg(call, "type")
             action = get_arg(call, "action")
@@ -48,9 +51,7 @@ class Throttles(Component):
         """What this file's argparse lets a user switch off: `--no-prefetcher` / `--disable-amp`
         (`action="store_true"`, no true default) gives "prefetcher" / "amp"."""
         out = set()
-        for call in self.tree.calls():
-            if call_name(call) != "add_argument" or not isinstance(call.func, cst.Attribute):
-                continue
+        for call in self._add_argument_calls:
             action = get_arg(call, "action")
             default = get_arg(call, "default")
             if action is None or literal_value(action.value) != "store_true" \
