@@ -26,14 +26,20 @@ def digest(raw: bytes) -> str:
 @lru_cache(maxsize=1)
 def code_stamp() -> str:
     """A hash of the names, sizes and modification times of perflint's own modules."""
-    root = Path(__file__).resolve().parent
+    root = os.path.dirname(os.path.realpath(__file__))
+    found = []
+    for here, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        rel = os.path.relpath(here, root).replace(os.sep, "/")
+        found.extend((name if rel == "." else f"{rel}/{name}", os.path.join(here, name))
+                     for name in files if name.endswith(".py"))
     h = hashlib.sha256(__version__.encode())
-    for p in sorted(root.rglob("*.py")):
+    for rel, full in sorted(found):
         try:
-            st = p.stat()
+            st = os.stat(full)
         except OSError:
             continue
-        h.update(f"{p.relative_to(root).as_posix()}:{st.st_size}:{st.st_mtime_ns};".encode())
+        h.update(f"{rel}:{st.st_size}:{st.st_mtime_ns};".encode())
     return h.hexdigest()[:16]
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-
-import pathspec
+from typing import TYPE_CHECKING
 
 from perflint.config import ConfigError, Resolver, Settings
 from perflint.diagnostics import ErrorKind, FileError
@@ -34,9 +34,29 @@ class Discovered:
     warnings: list[FileError] = field(default_factory=list)
 
 
+if TYPE_CHECKING:
+    import pathspec
+
+
 @lru_cache(maxsize=64)
 def _spec(patterns: tuple[str, ...]) -> pathspec.PathSpec:
+    import pathspec
+
     return pathspec.GitIgnoreSpec.from_lines(patterns)
+
+
+_PLAIN_NAME = re.compile(r"[\w.-]+")
+
+
+@lru_cache(maxsize=64)
+def _plain_names(patterns: tuple[str, ...]) -> frozenset[str] | None:
+    """The patterns as a set of names, when every one is a plain file or folder name (the
+    defaults: `build`, `.venv`); None otherwise.  A gitignore pattern with no slash, wildcard,
+    negation or escape matches a path exactly when one of its components is that name (a file
+    of that name, or anything inside a folder of that name), so these need no pattern engine."""
+    if all(_PLAIN_NAME.fullmatch(p) and p not in (".", "..") for p in patterns):
+        return frozenset(patterns)
+    return None
 
 
 class _Ignores:
@@ -52,6 +72,8 @@ class _Ignores:
             gi = os.path.join(directory, ".gitignore")
             try:
                 if os.path.isfile(gi):
+                    import pathspec
+
                     with open(gi, encoding="utf-8", errors="replace") as fh:
                         spec = pathspec.GitIgnoreSpec.from_lines(fh.read().splitlines())
             except (OSError, ValueError):
@@ -125,15 +147,20 @@ def _excluded(path: Path | str, settings: Settings, is_dir: bool, inherited: boo
     patterns = settings.exclude + settings.extend_exclude
     if not patterns:
         return False
-    spec = _spec(patterns)
+    names = _plain_names(patterns)
     suffix = "/" if is_dir else ""
     if not inherited:
         if rel is None:
             rel = _rel_to_root(path, settings)
         if rel is not None and rel != ".":
-            return spec.match_file(rel + suffix)
+            if names is not None:
+                return not names.isdisjoint(rel.split("/"))
+            return _spec(patterns).match_file(rel + suffix)
     # Outside the config's folder: bare names ("build") still match, as in ruff.
-    return spec.match_file(os.path.basename(os.fspath(path).rstrip(os.sep)) + suffix)
+    base = os.path.basename(os.fspath(path).rstrip(os.sep))
+    if names is not None:
+        return base in names
+    return _spec(patterns).match_file(base + suffix)
 
 
 class _SafeResolver:

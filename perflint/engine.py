@@ -68,6 +68,15 @@ def _rules_for(options: LintOptions):
     return [registry[c]() for c in options.codes if c in registry and registry[c].applies_to(options.target_torch)]
 
 
+def _runnable(rules, text: str, options: LintOptions) -> list:
+    """The rules that can fire in `text`: with the prefilter on, those that find one of their
+    tokens in it (a rule left out asks the project nothing either, so its file is not
+    checked again for the answers)."""
+    if not options.prefilter:
+        return list(rules)
+    return [r for r in rules if r.may_fire_in(text)]
+
+
 def _cannot_fire(raw: bytes, options: LintOptions) -> bool:
     """The prefilter: the file holds none of the tokens of the selected rules (read from
     the rule table: the rule modules and libcst are not imported for it)."""
@@ -410,7 +419,8 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
     if summarise and src.notebook is None:
         # Another framework's file is still summarised (what it defines, what it imports),
         # so that the project sees the same files on every run; no rule runs on it.
-        analysis = _analyze(src.text, path, () if other else rules, options.target_torch, project)
+        analysis = _analyze(src.text, path, () if other else _runnable(rules, src.text, options), options.target_torch,
+                            project)
         # The findings (and the questions they asked) first: the summary asks questions of
         # its own, which no finding depends on.
         _finish(result, src, analysis, options, project)
@@ -419,7 +429,7 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
         return result
     if other or _cannot_fire(src.raw, options):
         return _skip(result, src, path)  # no selected rule can fire
-    analysis = _analyze(src.text, path, rules, options.target_torch, project)
+    analysis = _analyze(src.text, path, _runnable(rules, src.text, options), options.target_torch, project)
     return _finish(result, src, analysis, options, project)
 
 
@@ -456,6 +466,7 @@ def _first_pass(result: FileResult, src: Source, rules, options: LintOptions, pr
     if isinstance(bare, FileError):
         return _finish(result, src, bare, options, project)
     result.summary = _summary_of(bare, src.text)
+    rules = _runnable(rules, src.text, options)
     if result.summary is None:
         analysis = _analyze(src.text, path, rules, options.target_torch, project, module=bare.module, tree=bare.facts)
         return _finish(result, src, analysis, options, project)
@@ -548,7 +559,7 @@ def fix_text(
     errors: list[FileError] = []
     broken: set[str] = set()  # rules whose fix produced code that does not parse
     for _ in range(MAX_FIX_PASSES):
-        analysis = _analyze(text, path, rules, options.target_torch, project)
+        analysis = _analyze(text, path, _runnable(rules, text, options), options.target_torch, project)
         if isinstance(analysis, FileError):
             errors.append(analysis)
             return text, applied, errors
@@ -672,7 +683,7 @@ def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, 
     if last and last[0][0] == src.text:
         analysis = last[0][1]  # the fix loop ended by analysing exactly this text
     else:
-        analysis = _analyze(src.text, path, rules, options.target_torch, project)
+        analysis = _analyze(src.text, path, _runnable(rules, src.text, options), options.target_torch, project)
     if isinstance(analysis, FileError):
         result.errors.append(_in_cell(analysis, src))
         return result

@@ -108,3 +108,30 @@ def test_check_reports_a_notebook_in_a_folder(root):
     r = run("check", "--no-cache", "--output-format", "concise", "--select", "PF402")
     assert r.exit_code == 1
     assert r.stdout.startswith("nb.ipynb:cell 2:3:10: PF402")
+
+
+@pytest.mark.parametrize("rel", ["build", "build/x.py", "a/build/x.py", "a/build.py", "src/venv", "src/venv2/m.py",
+                                 ".venv/lib/site.py", "pkg/.git/hooks/x.py", "x.py", "builds/x.py", "a/b/c.py",
+                                 "node_modules", "dist.py/x.py"])
+@pytest.mark.parametrize("is_dir", [False, True])
+def test_plain_name_excludes_match_as_gitignore_patterns_do(rel, is_dir):
+    """The default excludes are plain names, matched without a pattern engine: the same
+    answer as pathspec's gitignore matching, for files and folders at any depth."""
+    import pathspec
+
+    from perflint.config import DEFAULT_EXCLUDE
+    from perflint.discovery import _plain_names
+
+    names = _plain_names(DEFAULT_EXCLUDE)
+    assert names is not None
+    spec = pathspec.GitIgnoreSpec.from_lines(DEFAULT_EXCLUDE)
+    assert (not names.isdisjoint(rel.split("/"))) == spec.match_file(rel + ("/" if is_dir else ""))
+
+
+def test_patterns_with_slashes_or_wildcards_use_the_pattern_engine():
+    from perflint.discovery import _plain_names
+
+    assert _plain_names(("build", "*.pyc")) is None
+    assert _plain_names(("docs/build",)) is None
+    assert _plain_names(("!keep",)) is None
+    assert _plain_names(("build", "dist")) == {"build", "dist"}

@@ -16,7 +16,7 @@ from cli_support import run, write
 
 ROOT = Path(__file__).resolve().parent.parent
 NOT_ON_A_WARM_RUN = ("libcst", "packaging", "rich.markdown", "perflint_runtime", "torch", "difflib",
-                     "concurrent.futures.process")
+                     "concurrent.futures.process", "pathspec")
 
 PROBE = """
 import sys

@@ -65,6 +65,16 @@ class Rule:
         cls.fix_class = FixClass(cls.fix_class)
         cls.editor_tags = tuple(EditorTag(t) for t in cls.editor_tags)
 
+    @classmethod
+    def may_fire_in(cls, text: str) -> bool:
+        """Whether the source `text` holds one of the rule's tokens (without one the rule
+        cannot fire there, so it is not run)."""
+        texts = cls.__dict__.get("_token_texts")
+        if texts is None:
+            texts = tuple(t.decode("latin-1") for t in cls.tokens)
+            setattr(cls, "_token_texts", texts)
+        return any(t in text for t in texts)
+
     def check(self, facts: Facts) -> Iterator[Violation]:  # pragma: no cover - interface
         raise NotImplementedError
 
