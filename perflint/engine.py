@@ -333,14 +333,15 @@ def _apply(module, plans):
     return module.visit(_Replacer())
 
 
-def _apply_and_parse(module, plans, path: str) -> tuple[str, str | None]:
-    """The module's code with `plans` applied, and why it does not parse (None if it does)."""
+def _apply_and_parse(module, plans, path: str) -> tuple[str, str | None, object]:
+    """The module's code with `plans` applied, why it does not parse (None if it does), and
+    its tree when it does (the next fix pass analyses that tree instead of parsing again)."""
     try:
         new_text = _apply(module, plans).code
     except Exception as exc:  # noqa: BLE001 - a replacement libcst cannot render
-        return "", f"{type(exc).__name__}: {exc}".splitlines()[0]
-    _, perr = _parse(new_text, path)
-    return new_text, (perr.message if perr is not None else None)
+        return "", f"{type(exc).__name__}: {exc}".splitlines()[0], None
+    parsed, perr = _parse(new_text, path)
+    return new_text, (perr.message if perr is not None else None), parsed
 
 
 def _non_overlapping(facts, plans):
@@ -558,8 +559,9 @@ def fix_text(
     applied: dict[str, int] = {}
     errors: list[FileError] = []
     broken: set[str] = set()  # rules whose fix produced code that does not parse
+    module = None  # the tree of `text`, when the last pass parsed it
     for _ in range(MAX_FIX_PASSES):
-        analysis = _analyze(text, path, _runnable(rules, text, options), options.target_torch, project)
+        analysis = _analyze(text, path, _runnable(rules, text, options), options.target_torch, project, module=module)
         if isinstance(analysis, FileError):
             errors.append(analysis)
             return text, applied, errors
@@ -602,12 +604,12 @@ def fix_text(
         chosen = _non_overlapping(analysis.facts, plans)
         chosen_codes = [codes[next(i for i, p in enumerate(plans) if p is plan)] for plan in chosen]
         chosen_counts = [counts[next(i for i, p in enumerate(plans) if p is plan)] for plan in chosen]
-        new_text, perr = _apply_and_parse(analysis.module, chosen, path)
+        new_text, perr, new_module = _apply_and_parse(analysis.module, chosen, path)
         if perr is not None:
             # Find the fixes that break the file on their own; apply the others.
             good, good_codes, good_counts = [], [], []
             for plan, code, count in zip(chosen, chosen_codes, chosen_counts):
-                solo_text, solo_err = _apply_and_parse(analysis.module, [plan], path)
+                solo_text, solo_err, _ = _apply_and_parse(analysis.module, [plan], path)
                 if solo_err is None:
                     good.append(plan)
                     good_codes.append(code)
@@ -621,7 +623,7 @@ def fix_text(
             chosen, chosen_codes, chosen_counts = good, good_codes, good_counts
             if not chosen:
                 return text, applied, errors
-            new_text, perr = _apply_and_parse(analysis.module, chosen, path)
+            new_text, perr, new_module = _apply_and_parse(analysis.module, chosen, path)
             if perr is not None:
                 errors.append(FileError(
                     path, ErrorKind.FIX,
@@ -636,7 +638,7 @@ def fix_text(
         for count in chosen_counts:
             for code, n in count.items():
                 applied[code] = applied.get(code, 0) + n
-        text = new_text
+        text, module = new_text, new_module
     errors.append(FileError(path, ErrorKind.FIX, f"fixes did not settle after {MAX_FIX_PASSES} passes; {BUG_HINT}"))
     return text, applied, errors
 
