@@ -177,7 +177,9 @@ class BlockingHostToDeviceCopy(Rule):
     Not `batch.to(accelerator.device)` in a file that hands its loaders to that
     `accelerator.prepare(...)`: Accelerate's prepared loaders already yield batches there.
     Not for batches of a loader whose `collate_fn` or dataset already moves samples to the
-    device (the copy is a no-op), nor of a loader read once after training (a final test),
+    device (the copy is a no-op), nor of a name that every reaching assignment already copied
+    to that device (`target = target.cuda()`, then `target_var = target.cuda()`: a no-op),
+    nor of a loader read once after training (a final test),
     nor in the evaluation loop of a file that does not train when that loop runs once (a
     prediction script's `main`, also through a per-batch helper only that pass calls), or of a function or a branch that runs instead of training (`if not
     args.eval: train(args) else: test(args)`; an arm of `if args.test_only:` that ends in
@@ -232,6 +234,8 @@ class BlockingHostToDeviceCopy(Rule):
                 continue  # `if not args.eval: train() else: test()`: no training step waits for it
             if _to_prepared_accelerator_device(facts, call):
                 continue
+            if _copied_already(facts, recv, call, target):
+                continue  # `target = target.cuda()` earlier: this copy is a no-op on the device
             loaders = batch_loaders(facts, recv)
             if loaders and all(_on_device_already(facts, l) or read_cheaply(facts, l) or index_loader(facts, l)
                                for l in loaders):
@@ -322,6 +326,31 @@ def _maybe_project_object(facts: Facts, method: str, loaders: list[cst.Call] | N
                 if "non_blocking" not in names and p.star_kwarg is None:
                     return True
     return facts.project is not None and facts.project.narrow_copy_method(method)
+
+
+def _copied_already(facts: Facts, recv: cst.BaseExpression, call: cst.Call, target: str) -> bool:
+    """`target = target.cuda()` then `target_var = target.cuda()`: every binding of the name
+    that reaches the copy is an earlier copy to the same device (CUDA; or `.to(d)` with the
+    same device expression), so this one moves nothing."""
+    if not isinstance(recv, cst.Name):
+        return False
+    found = facts.bindings.lookup(recv.value, recv)
+    if not found:
+        return False
+    for b in found:
+        prev = b.node
+        if b.how != "expr" or not isinstance(prev, cst.Call) or prev is call \
+                or call_name(prev) not in ("to", "cuda") or not isinstance(prev.func, cst.Attribute):
+            return False
+        was = _target_device(facts, prev)
+        if was == "cuda" and target == "cuda":
+            continue
+        here, there = get_arg(call, "device", 0), get_arg(prev, "device", 0)
+        if was is not None and here is not None and there is not None and call_name(call) == call_name(prev) == "to" \
+                and dotted(here.value) is not None and dotted(here.value) == dotted(there.value):
+            continue
+        return False
+    return True
 
 
 def _on_device_already(facts: Facts, loader: cst.Call) -> bool:
