@@ -703,8 +703,9 @@ _HOST_CALLS = {"imsave", "imwrite", "savefig", "save_image", "write", "writerow"
 
 def host_data_needed(facts: Facts, node: cst.CSTNode) -> bool:
     """The host copy feeds host-only work in the same iteration: a numpy / scikit-learn /
-    SciPy call (a CPU metric), an image, audio or array file, a drawing. Deferring the copy
-    past the loop would not remove it."""
+    SciPy call (a CPU metric), any function other than torch's handed the copy as a numpy
+    array (a project's `accuracy(out.cpu().numpy(), y)`), an image, audio or array file, a
+    drawing. Deferring the copy past the loop would not remove it."""
     if not isinstance(node, cst.Call):
         return False
     outer: cst.CSTNode = node
@@ -735,6 +736,9 @@ def _consumed_on_host(facts: Facts, value: cst.CSTNode) -> bool:
                 q = facts.tree.qualname(call.func) or ""
                 if q.startswith(_HOST_ROOTS) or (call_name(call) or "") in _HOST_CALLS:
                     return True
+                if a.value is value and isinstance(value, cst.Call) and call_name(value) == "numpy" \
+                        and not q.startswith("torch"):
+                    return True  # `accuracy(out.cpu().numpy(), ...)`: the callee works on a numpy array
             return False
         if isinstance(a, cst.For) and cur is a.iter:
             return True  # a Python loop over the host values

@@ -283,7 +283,7 @@ class ItemInLoop(Rule):
     reported. Reads with no forward, backward or optimizer step between them are one wait:
     it is reported once, at its first read (or the first that runs every time), the others
     listed in its `why`; not at all when the iteration waits anyway (a timing
-    `synchronize()`, a host copy a CPU metric or a file needs, also through a list of copies later joined with numpy, a helper or model that reads
+    `synchronize()`, a host copy a CPU metric or a file needs (also a project's metric handed `out.cpu().numpy()`), also through a list of copies later joined with numpy, a helper or model that reads
     back itself, TensorBoard's `add_scalar` of a value computed from device tensors, a blocking copy to the GPU of a tensor made on the host, also at the start of the next iteration with no GPU work before it (`x = torch.from_numpy(a).to(device)`, or the fetch from a torchtext iterator built with `device=`), an op
     whose output size depends on the data: `.nonzero()`, `torch.unique`, one-argument
     `torch.where`). Not reported for an element of what such an op returned (sizing it
