@@ -20,8 +20,9 @@ class LossAccumulatedWithGraph(Rule):
     ## What it does
     Flags a loss accumulated with its autograd graph inside a loop: `total += loss`,
     `total = total + loss` or `losses.append(loss)`, where `loss` is a criterion output
-    (or a value that is `.backward()`ed) and is not `.detach()`ed, `.item()`ed or
-    `float()`ed.
+    (or a name that is `.backward()`ed in the same function: a `loss.backward()` inside a
+    step function is not the caller's `loss = train_step(...)`) and is not `.detach()`ed,
+    `.item()`ed or `float()`ed.
 
     ## Why is this bad?
     `total` becomes a tensor that keeps every step's graph alive (the PyTorch FAQ, "Don't
@@ -174,11 +175,14 @@ class LossAccumulatedWithGraph(Rule):
             return False
         if Kind.LOSS in ks:
             return True
-        # A name that is `.backward()`ed somewhere in the same function.
+        # A name that is `.backward()`ed somewhere in the same function (not in a function
+        # nested in it, nor, at module level, in a function: that is another variable).
         if isinstance(value, cst.Name):
             fn = facts.tree.enclosing_function(value)
             scope = fn if fn is not None else facts.module
             for call in facts.tree.calls_within(scope):
+                if facts.tree.enclosing_function(call) is not fn:
+                    continue
                 if facts.steps.is_backward_call(call) and isinstance(call.func, cst.Attribute):
                     if facts.tree.receiver_text(call.func.value) == value.value:
                         return True
