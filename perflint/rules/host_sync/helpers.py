@@ -727,6 +727,21 @@ def host_data_needed(facts: Facts, node: cst.CSTNode) -> bool:
     return False
 
 
+_NOT_HOST_WORK = frozenset({"list", "tuple", "set", "dict", "len", "id", "type", "isinstance", "iter", "next"})
+
+
+def _host_function(call: cst.Call, qualname: str) -> bool:
+    """The call is a function other than torch's: a plain name (`accuracy(...)`) or one
+    reached through an import (`metrics.accuracy(...)`), not a method of an object
+    (`losses.append(...)` collects the copy; `collected_for_host` judges that) nor a builtin
+    that only holds it."""
+    if qualname.startswith("torch"):
+        return False
+    if isinstance(call.func, cst.Name):
+        return call.func.value not in _NOT_HOST_WORK
+    return bool(qualname)
+
+
 def _consumed_on_host(facts: Facts, value: cst.CSTNode) -> bool:
     cur = value
     for a in facts.tree.ancestors(value):
@@ -737,7 +752,7 @@ def _consumed_on_host(facts: Facts, value: cst.CSTNode) -> bool:
                 if q.startswith(_HOST_ROOTS) or (call_name(call) or "") in _HOST_CALLS:
                     return True
                 if a.value is value and isinstance(value, cst.Call) and call_name(value) == "numpy" \
-                        and not q.startswith("torch"):
+                        and _host_function(call, q):
                     return True  # `accuracy(out.cpu().numpy(), ...)`: the callee works on a numpy array
             return False
         if isinstance(a, cst.For) and cur is a.iter:
