@@ -285,3 +285,50 @@ def _passed_iterators(facts: Facts, binding, pname: str, depth: int) -> bool:
 
 _TORCHTEXT_ITERATORS = {"BucketIterator", "BPTTIterator", "Iterator", "splits"}
 
+
+_HOST_CALLS = {"imsave", "imwrite", "savefig", "save_image", "write", "writerow", "dump", "fromarray", "save", "savez",
+               "imshow", "plot", "draw", "rectangle", "putText"}
+
+
+_NOT_HOST_WORK = frozenset({"list", "tuple", "set", "dict", "len", "id", "type", "isinstance", "iter", "next"})
+
+
+def _host_function(call: cst.Call, qualname: str) -> bool:
+    """The call is a function other than torch's: a plain name (`accuracy(...)`) or one
+    reached through an import (`metrics.accuracy(...)`), not a method of an object
+    (`losses.append(...)` collects the copy; `collected_for_host` judges that) nor a builtin
+    that only holds it."""
+    if qualname.startswith("torch"):
+        return False
+    if isinstance(call.func, cst.Name):
+        return call.func.value not in _NOT_HOST_WORK
+    return bool(qualname)
+
+
+def consumed_on_host(facts: Facts, value: cst.CSTNode) -> bool:
+    """`value` (a host copy, or a name bound to one) is used by host-only work where it
+    stands: an argument of a numpy / SciPy / file / drawing call, or of a function that takes a
+    numpy copy; the iterable of a Python loop; a numpy method's receiver."""
+    cur = value
+    for a in facts.tree.ancestors(value):
+        if isinstance(a, cst.Arg):
+            call = facts.tree.parent(a)
+            if isinstance(call, cst.Call):
+                q = facts.tree.qualname(call.func) or ""
+                if q.startswith(_HOST_ROOTS) or (call_name(call) or "") in _HOST_CALLS:
+                    return True
+                if a.value is value and isinstance(value, cst.Call) and call_name(value) == "numpy" \
+                        and _host_function(call, q):
+                    return True  # `accuracy(out.cpu().numpy(), ...)`: the callee works on a numpy array
+            return False
+        if isinstance(a, cst.For) and cur is a.iter:
+            return True  # a Python loop over the host values
+        if isinstance(a, cst.Attribute) and a.value is cur and isinstance(facts.tree.parent(a), cst.Call):
+            q = facts.tree.qualname(a) or ""
+            if a.attr.value in ("astype", "transpose", "squeeze", "reshape") and not q.startswith("torch."):
+                return Kind.NUMPY in facts.kinds.of(cur) or call_name(value) == "numpy"
+            return False
+        if isinstance(a, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return False
+        cur = a
+    return False
