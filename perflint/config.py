@@ -20,7 +20,6 @@ A broken configuration raises `ConfigError` with one line that names the file an
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -114,6 +113,8 @@ def _check_codes(codes: list, where: str, label: str) -> tuple[str, ...]:
 
 
 def load_toml(path: Path) -> dict:
+    import tomllib  # only where there is a configuration file to read
+
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)

@@ -61,19 +61,51 @@ class _Analysis:
     errors: list[FileError] = field(default_factory=list)
 
 
-def _rules_for(options: LintOptions):
-    from perflint.rules import all_rules
+class _RuleSet:
+    """The selected rules that apply to the target torch, in code order.  A rule is imported
+    and made the first time a file can fire it (`_runnable`), so that a run imports only the
+    rules its files need; iterating makes them all.  One instance per rule for the set's life."""
 
-    registry = all_rules()
-    return [registry[c]() for c in options.codes if c in registry and registry[c].applies_to(options.target_torch)]
+    def __init__(self, options: LintOptions) -> None:
+        from perflint.selection import rule_records
+
+        records = rule_records()
+        self.records = [records[c] for c in options.codes
+                        if c in records and records[c].applies_to(options.target_torch)]
+        self._made: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self):
+        return iter([self.rule(r.code) for r in self.records])
+
+    def rule(self, code: str):
+        made = self._made.get(code)
+        if made is None:
+            from perflint.rules import rule_class
+
+            made = self._made[code] = rule_class(code)()
+        return made
+
+    def may_fire_in(self, text: str) -> list:
+        """As `Rule.may_fire_in`, read from the records, for every rule of the set."""
+        return [self.rule(r.code) for r in self.records
+                if any(t.decode("latin-1") in text for t in r.tokens)]
+
+
+def _rules_for(options: LintOptions) -> _RuleSet:
+    return _RuleSet(options)
 
 
 def _runnable(rules, text: str, options: LintOptions) -> list:
     """The rules that can fire in `text`: with the prefilter on, those that find one of their
     tokens in it (a rule left out asks the project nothing either, so its file is not
-    checked again for the answers)."""
+    checked again for the answers, and is not imported)."""
     if not options.prefilter:
         return list(rules)
+    if isinstance(rules, _RuleSet):
+        return rules.may_fire_in(text)
     return [r for r in rules if r.may_fire_in(text)]
 
 

@@ -90,13 +90,15 @@ read without importing the rules and libcst.  Do not edit."""
 
 def table_source() -> str:
     """The text of `perflint/rules/table.py`: code → name, summary, severity, fix class,
-    default, torch bounds, prefilter tokens and documentation."""
+    default, torch bounds, prefilter tokens, where the class is (module and name: a run imports
+    only the rules a file can fire) and documentation."""
     rows = []
     for code, r in all_rules().items():
         fields = {
             "name": r.name, "summary": r.summary, "severity": r.severity.value, "fix": r.fix_class.value,
             "default": bool(r.default), "min_torch": tuple(r.min_torch) if r.min_torch else None,
-            "max_torch": tuple(r.max_torch) if r.max_torch else None, "tokens": tuple(r.tokens), "doc": r.doc(),
+            "max_torch": tuple(r.max_torch) if r.max_torch else None, "tokens": tuple(r.tokens),
+            "module": r.__module__, "class": r.__qualname__, "doc": r.doc(),
         }
         body = "".join(f"        {k!r}: {v!r},\n" for k, v in fields.items())
         rows.append(f"    {code!r}: {{\n{body}    }},\n")

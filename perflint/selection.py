@@ -14,7 +14,6 @@ layer and the command line another, applied in that order:
 from __future__ import annotations
 
 import re
-import sys
 from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
@@ -24,13 +23,13 @@ if TYPE_CHECKING:  # annotations only: config imports selection to validate code
 
 
 def _registry():
-    """Rule code → its declarations: the rule classes once they are imported, else the
+    """Rule code → its declarations: the rule classes once they are all imported, else the
     generated table (`perflint.rules.table`, the same declarations), so that selecting
     rules, reporting and the prefilter do not import the rule modules (and libcst, which
     costs a run answered from the cache a third of its time)."""
-    if "perflint.rules.base" in sys.modules:
-        from perflint.rules import all_rules
+    from perflint.rules import _REGISTRY, all_rules
 
+    if _REGISTRY:
         return all_rules()
     return _records()
 

@@ -118,3 +118,33 @@ def test_a_cold_run_on_a_file_no_rule_can_fire_in_never_imports_libcst(tmp_path)
     assert "libcst" not in _imports(tmp_path, "fix", "paths.py", "--no-cache", "--exit-zero")
     write(tmp_path, {"loader.py": "from torch.utils.data import DataLoader\nloader = DataLoader(ds)\n"})
     assert "libcst" in _imports(tmp_path, "check", "loader.py", "--no-cache", "--exit-zero")
+
+
+RULE_PROBE = """
+import sys
+from perflint.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print("imported:", " ".join(sorted(m for m in sys.modules if m.rsplit(".", 1)[-1].startswith("pf") or m == "tomllib")))
+"""
+
+
+def test_a_cold_run_imports_only_the_rules_its_file_can_fire(tmp_path):
+    """The rule table names each rule's module: a file is checked by the selected rules whose
+    tokens it holds, and only their modules are imported (with no configuration file, no TOML
+    reader either)."""
+    from perflint.rules.table import RULES
+
+    text = "from torch.utils.data import DataLoader\nloader = DataLoader(ds)\n"
+    write(tmp_path, {"loader.py": text})
+    env = {**os.environ, "PERFLINT_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "runtime")])}
+    p = subprocess.run([sys.executable, "-c", RULE_PROBE, "check", "loader.py", "--no-cache", "--exit-zero"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True)
+    imported = set(p.stdout.splitlines()[-1].split()[1:])
+    expected = {row["module"] for row in RULES.values()
+                if row["default"] and any(tok.decode() in text for tok in row["tokens"])}
+    assert expected and len(expected) < len([r for r in RULES.values() if r["default"]])
+    assert imported == expected, p.stderr[-500:]

@@ -14,6 +14,8 @@ from pathlib import Path
 
 # code → rule class, filled on the first `all_rules()` call.
 _REGISTRY: dict = {}
+# code → rule class, for the rules imported one by one (`rule_class`) before that.
+_LOADED: dict = {}
 
 # The rule reference shipped with perflint: one section per rule, `id` = the code in lower case.
 DOCS_FILE = Path(__file__).resolve().parent.parent / "docs" / "rules.html"
@@ -33,6 +35,29 @@ def all_rules() -> dict:
     if not _REGISTRY:
         _REGISTRY.update(discover())
     return dict(sorted(_REGISTRY.items()))
+
+
+def rule_class(code: str):
+    """The rule class of `code`, importing only its own module (named by the generated table,
+    `perflint.rules.table`): a run imports the rules a file can fire, not all of them.  A code
+    the table does not place (a table older than the rules) loads every rule."""
+    if code in _REGISTRY:
+        return _REGISTRY[code]
+    cls = _LOADED.get(code)
+    if cls is None:
+        import importlib
+
+        from perflint.rules.table import RULES
+
+        row = RULES.get(code, {})
+        try:
+            cls = getattr(importlib.import_module(row["module"]), row["class"])
+        except (KeyError, ImportError, AttributeError):
+            cls = None
+        if cls is None or vars(cls).get("code") != code:
+            return all_rules()[code]
+        _LOADED[code] = cls
+    return cls
 
 
 def discover() -> dict:
@@ -67,4 +92,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'perflint.rules' has no attribute {name!r}")
 
 
-__all__ = ["DOCS_FILE", "EditorTag", "FixClass", "FixPlan", "Rule", "Violation", "all_rules", "discover", "docs_url"]
+__all__ = ["DOCS_FILE", "EditorTag", "FixClass", "FixPlan", "Rule", "Violation", "all_rules", "discover", "docs_url", "rule_class"]
