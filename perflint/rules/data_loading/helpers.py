@@ -365,6 +365,12 @@ def collate_origin(facts: Facts, call: cst.Call, expr: cst.BaseExpression | None
         bound = resolved(facts, expr)
         if bound is not expr and isinstance(bound, cst.Call):
             return collate_origin(facts, call, bound, depth + 1)
+        bs = facts.bindings.lookup(expr.value, expr)
+        if 1 < len(bs) <= 4 and all(b.how == "expr" and isinstance(b.node, cst.Call) for b in bs):
+            # One collate per branch (`if masking: fn = partial(a, device=d) else: fn = partial(b, ...)`):
+            # the batches are on the device when any branch puts them there.
+            got = {collate_origin(facts, call, b.node, depth + 1) for b in bs}
+            return "device" if "device" in got else "cpu" if got == {"cpu"} else "unknown"
     if isinstance(expr, cst.Call) and (facts.tree.qualname(expr.func) or call_name(expr)) in ("functools.partial", "partial") \
             and expr.args:
         # `partial(collate, device=device)`: a device bound into the collate moves the batch.
