@@ -72,7 +72,8 @@ class Devices(Component):
                 return True
         for a in self.tree.index[cst.Attribute]:
             q = self.tree.qualname(a)
-            if q is not None and (q == "torch.cuda.is_available" or q.startswith(("torch.cuda.", "torch.accelerator."))):
+            if q is not None and (q == "torch.cuda.is_available" or q.startswith(("torch.cuda.", "torch.accelerator."))) \
+                    and not self._printed(a):
                 return True  # `torch.accelerator` (torch >= 2.6) stands for CUDA on NVIDIA machines
         for call in self.tree.calls_to("torch.device"):
             # `torch.device(cfg.device)` with a "cuda" default (argparse, a config field)
@@ -80,6 +81,17 @@ class Devices(Component):
                 found, default = self.cross.option_default(call.args[0].value)
                 if found and isinstance(default, str) and _device_string_kinds(default) == {Kind.DEVICE_CUDA}:
                     return True
+        return False
+
+    def _printed(self, node: cst.CSTNode) -> bool:
+        """`print(torch.cuda.is_available())`: a notebook or script that only reports what the
+        machine has, and uses nothing of it, is not CUDA code for that."""
+        for a in self.tree.ancestors(node):
+            if isinstance(a, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+                return False
+            if isinstance(a, cst.Call) and isinstance(a.func, cst.Name) and a.func.value == "print" \
+                    and not self.facts.bindings.lookup("print", a.func):
+                return True
         return False
 
     @cached_property
