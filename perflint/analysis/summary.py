@@ -31,7 +31,7 @@ from perflint.analysis.callers import PARAM_KINDS
 from perflint.analysis.project import RESULT_KINDS
 from perflint.analysis.summary_types import CallRecord, ClassInfo, FunctionInfo, ModuleSummary, Signature
 from perflint.analysis.devices import _device_string_kinds
-from perflint.analysis.syntax import NOT_LITERAL, argparse_dest, call_name, get_arg, has_splat, literal_value
+from perflint.analysis.syntax import NOT_LITERAL, argparse_dest, call_name, get_arg, has_splat, is_main_guard, literal_value
 from perflint.analysis.vocab import Kind, DATALOADER, _OPTION_ROOTS
 from perflint.names import ImportTable, dotted
 
@@ -660,11 +660,7 @@ _TF32_ATTRS = {"allow_tf32", "fp32_precision"}
 
 
 def _in_main_guard(facts, node) -> bool:
-    for a in facts.tree.ancestors(node):
-        if isinstance(a, cst.If) and isinstance(a.test, cst.Comparison) and len(a.test.comparisons) == 1 \
-                and {dotted(a.test.left), literal_value(a.test.comparisons[0].comparator)} == {"__name__", "__main__"}:
-            return True
-    return False
+    return any(is_main_guard(a) for a in facts.tree.ancestors(node))
 
 
 def _settings(facts) -> dict:

@@ -101,3 +101,13 @@ def comments_in(node: cst.CSTNode):
             yield n.value
         else:
             stack.extend(n.children)
+
+
+def is_main_guard(node: cst.CSTNode) -> bool:
+    """`if __name__ == "__main__":` (either way round): its block runs only when the file is
+    run as a script, never when it is imported."""
+    if not (isinstance(node, cst.If) and isinstance(node.test, cst.Comparison) and len(node.test.comparisons) == 1
+            and isinstance(node.test.comparisons[0].operator, cst.Equal)):
+        return False
+    sides = (node.test.left, node.test.comparisons[0].comparator)
+    return {s.value if isinstance(s, cst.Name) else literal_value(s) for s in sides} == {"__name__", "__main__"}

@@ -16,6 +16,7 @@ from perflint.analysis import (
     iter_nodes,
     literal_value,
 )
+from perflint.analysis.syntax import is_main_guard
 from perflint.analysis.vocab import _DTYPE_NAMES as DTYPES, Kind, SIZE_FACTORIES
 from perflint.rules.common import COMPREHENSIONS, param_for, runs_once, throttled_in_loop, trains_in
 
@@ -746,8 +747,10 @@ def read_cheaply(facts: Facts, call: cst.Call) -> bool:
     if not sites:
         # Never read: a local loader built and left unused costs nothing; one at module level
         # may be imported and read by another module, unless the module is a script that
-        # does its work when it runs (nothing imports that).
-        return isinstance(scope, cst.FunctionDef) or _module_runs_as_script(facts)
+        # does its work when it runs (nothing imports that) or the loader is built under
+        # `if __name__ == "__main__":` (an importer never sees it).
+        return isinstance(scope, cst.FunctionDef) or _module_runs_as_script(facts) \
+            or any(is_main_guard(a) for a in facts.tree.ancestors(call))
     if throttled_in_loop(facts, call, scope) is False:
         return False  # the loader itself is rebuilt on every iteration
     return all(_cheap_site(facts, s, scope) for s in sites)
