@@ -439,6 +439,12 @@ _DOC_BOUNDS = (
     re.compile(r"\b(?:py)?torch\s*(?:version\s*)?(?:>=|≥|=>)\s*v?(\d+)\.(\d+)", re.I),
     re.compile(r"\bpytorch\s*v?(\d+)\.(\d+)(?:\.\d+)?\s*(?:\+|or\s+(?:later|higher|newer|above|greater)"
                r"|and\s+(?:later|above|higher|newer))", re.I),
+    # A requirements list item ("* PyTorch 2.0", "- pytorch: 1.7.1") and "developed / tested
+    # with PyTorch 1.8.1": the version the code was written for.
+    re.compile(r"^[ \t]*[-*+][ \t]+(?:\*\*)?(?:py)?torch(?:\*\*)?[ \t]*(?:version[ \t]*)?[:=]?[ \t]*v?(\d+)\.(\d+)",
+               re.I | re.M),
+    re.compile(r"\b(?:developed|tested|written|implemented|trained)\s+(?:for|with|on|using|under|in)\s+"
+               r"pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
 )
 
 

@@ -253,6 +253,12 @@ def _pf402(root: Path, *args: str) -> bool:
         ({"docker/Dockerfile": "FROM ubuntu:22.04\nRUN pip3 install numpy torch==2.5.1\n"}, True),
         ({"README.md": "Tested with PyTorch 2.5 or newer; see `torch >= 2.6` for compile.\n"}, True),
         ({"README.md": "Uses pytorch-lightning 1.4 and python 3.8.\n"}, True),  # no torch version named
+        # A requirements list item, and the version the code was developed for.
+        ({"README.md": "### Requirements\n* Python 3.8 (or newer)\n* PyTorch 2.0\n* torchvision\n"}, False),
+        ({"README.md": "Requirements:\n- **PyTorch**: 1.10\n"}, False),
+        ({"README.md": "The code has been developed for PyTorch version 1.8.1 and torchvision 0.9.1.\n"}, False),
+        ({"README.md": "- PyTorch Lightning 1.4\n- Transformers 4.2\n"}, True),
+        ({"README.md": "* PyTorch 2.5 or later\n"}, True),
         # A declared requirement wins over what the README says.
         ({"requirements.txt": "torch>=2.5\n", "README.md": "Install PyTorch 1.13 or later\n"}, True),
         # No lower bound anywhere: 2.4.
