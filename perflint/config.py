@@ -475,20 +475,36 @@ def _docs_bound(project_dir: Path) -> tuple[tuple[int, int], Path] | None:
 _LEGACY_CODE = re.compile(rb"\bvolatile\s*=\s*True|\b\w*loss\w*\.data\[0\]|\.(?:sum|mean)\(\)\.data\[0\]", re.I)
 _MODERN_CODE = re.compile(rb"\.item\(\)|\btorch\.(?:cuda\.)?amp\b|\bautocast\b|\btorch\.compile\b|persistent_workers"
                           rb"|set_to_none|\bno_grad\b|\binference_mode\b|\bGradScaler\b")
+# A C extension built with `torch.utils.ffi` (removed in 1.0): the project runs on 0.4 at most.
+_FFI_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+torch\.utils\.ffi[ \t]+import|import[ \t]+torch\.utils\.ffi\b)", re.M)
 LEGACY_TARGET = (0, 4)
 _SCAN_FILES, _SCAN_BYTES = 3000, 64 << 20
 
 
-def _legacy_code(project_dir: Path) -> Path | None:
-    """A Python file that shows the project was written for torch 0.3, unless another
-    shows torch 0.4 or later (`_LEGACY_CODE`); None when there is none.  The files are the
-    project's as the project model walks them (`analysis.project.project_paths`)."""
+def _legacy_code(project_dir: Path) -> tuple[Path, str] | None:
+    """A Python file that shows the project was written for torch 0.4 or older, and why: a
+    build script that imports `torch.utils.ffi` (removed in 1.0: its C extensions build only
+    there), or a file that shows torch 0.3 (`_LEGACY_CODE`) when no other file shows 0.4 or
+    later.  None when there is none.  The files are the project's as the project model
+    walks them (`analysis.project.project_paths`)."""
     from perflint.analysis.project import project_paths
 
     legacy = None
     size = 0
+    paths = []
     for n, path in enumerate(project_paths(str(project_dir))):
-        if n >= _SCAN_FILES or size > _SCAN_BYTES:
+        if n >= _SCAN_FILES:
+            break
+        paths.append(path)
+    for path in paths:
+        if Path(path).name.startswith(("build", "setup", "make")):
+            try:
+                if _FFI_IMPORT.search(Path(path).read_bytes()):
+                    return Path(path), "imports `torch.utils.ffi`, removed in torch 1.0"
+            except OSError:
+                continue
+    for path in paths:
+        if size > _SCAN_BYTES:
             break
         try:
             raw = Path(path).read_bytes()
@@ -499,7 +515,7 @@ def _legacy_code(project_dir: Path) -> Path | None:
             return None
         if legacy is None and _LEGACY_CODE.search(raw):
             legacy = Path(path)
-    return legacy
+    return (legacy, "code written for torch 0.3: `volatile=True` or `loss.data[0]`") if legacy is not None else None
 
 
 def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int] | None, str]:
@@ -508,7 +524,7 @@ def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int]
     (`installation/requirements.txt`, `docker/requirements.txt`), lowest bound first found;
     else, at a project's root, the lowest torch version its README, install notes or
     Dockerfiles name (`_DOC_BOUNDS`), else 0.4 for a project whose code was written for
-    torch 0.3 (`_LEGACY_CODE`)."""
+    torch 0.3 (`_LEGACY_CODE`) or builds a C extension with `torch.utils.ffi`."""
     if data is not None:
         found = torch_lower_bound(_pyproject_requirements(data))
         if found is not None:
@@ -542,7 +558,7 @@ def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int]
         return docs[0], f"{docs[1]} (the torch version it names)"
     legacy = _legacy_code(project_dir) if at_root else None
     if legacy is not None:
-        return LEGACY_TARGET, f"{legacy} (code written for torch 0.3: `volatile=True` or `loss.data[0]`)"
+        return LEGACY_TARGET, f"{legacy[0]} ({legacy[1]})"
     return None, "default"
 
 

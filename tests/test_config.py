@@ -413,6 +413,10 @@ for epoch in range(100):
         ({"show.py": "def first(images):\n    return images.data[0]\n"}, True),
         # A declared requirement wins.
         ({"models/net.py": "y = net(Variable(x, volatile=True))\n", "requirements.txt": "torch>=2.0\n"}, True),
+        # A C extension built with `torch.utils.ffi` (gone in 1.0): 0.4 at most, `.item()` or not.
+        ({"ops/dcn/build.py": "from torch.utils.ffi import create_extension\nffi = create_extension('dcn')\n",
+          "log.py": "def show(loss):\n    print(loss.item())\n"}, False),
+        ({"ops/dcn/notes.py": "# from torch.utils.ffi import create_extension\n"}, True),
     ],
 )
 def test_code_written_for_torch_0_3_gets_no_advice_for_later_torch(root, extra, fires):
