@@ -179,7 +179,9 @@ class BlockingHostToDeviceCopy(Rule):
     Not for batches of a loader whose `collate_fn` or dataset already moves samples to the
     device (the copy is a no-op), nor of a name that every reaching assignment already copied
     to that device (`target = target.cuda()`, then `target_var = target.cuda()`: a no-op),
-    nor of a loader read once after training (a final test),
+    nor of a loader read once after training (a final test), nor in an evaluation function of
+    a training file that is called only outside any loop, in code that runs once, and that no
+    other file calls per step (`print(compute_accuracy(model, test_loader))` after training),
     nor in the evaluation loop of a file that does not train when that loop runs once (a
     prediction script's `main`, also through a per-batch helper only that pass calls), or of a function or a branch that runs instead of training (`if not
     args.eval: train(args) else: test(args)`; an arm of `if args.test_only:` that ends in
@@ -230,6 +232,8 @@ class BlockingHostToDeviceCopy(Rule):
                 if host not in facts.step_callers and (host is None or runs_once(facts, host)
                                                        or _called_from_one_pass(facts, host)):
                     continue  # a prediction script run once: no training step waits for it
+            if ctx.kind == "eval" and _final_evaluation(facts, ctx.node):
+                continue  # `acc = evaluate(model, test_loader)` once, after (or before) the training loop
             if ctx.kind == "eval" and facts.hotpath.runs_instead_of_training(ctx.node):
                 continue  # `if not args.eval: train() else: test()`: no training step waits for it
             if _to_prepared_accelerator_device(facts, call):
@@ -284,6 +288,24 @@ class BlockingHostToDeviceCopy(Rule):
                 f"waits for the copy on every step {tail}",
                 fix,
             )
+
+
+def _final_evaluation(facts: Facts, region: cst.CSTNode) -> bool:
+    """An evaluation loop in a top-level function of a file that trains, every call of which
+    in the file sits outside any loop in code that runs once, and that no other file calls
+    per step: a test pass after training (or a baseline before it), not an evaluation that
+    runs during training."""
+    host = region if isinstance(region, cst.FunctionDef) else facts.tree.enclosing_function(region)
+    if host is None or facts.tree.parent(host) is not facts.module or host in facts.step_callers:
+        return False
+    if not file_trains(facts) or not facts.tree.calls_named(host.name.value):
+        return False
+    for a in facts.tree.ancestors(region):
+        if a is host:
+            break
+        if isinstance(a, (cst.For, cst.While)):
+            return False  # the evaluation runs on every iteration of a loop around it (each epoch)
+    return runs_once(facts, host)
 
 
 def _called_from_one_pass(facts: Facts, fn: cst.CSTNode) -> bool:
