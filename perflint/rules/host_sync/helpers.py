@@ -725,6 +725,8 @@ def host_data_needed(facts: Facts, node: cst.CSTNode) -> bool:
 
 
 def _prints_tensor(facts: Facts, expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.ConcatenatedString):  # `f"epoch {e}" f" | loss {loss:.2f}"`
+        return _prints_tensor(facts, expr.left) or _prints_tensor(facts, expr.right)
     if isinstance(expr, cst.FormattedString):
         for part in expr.parts:
             if isinstance(part, cst.FormattedStringExpression) and _bare_tensor(facts, part.expression):
