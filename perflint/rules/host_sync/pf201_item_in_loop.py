@@ -9,6 +9,7 @@ import libcst as cst
 from perflint.analysis import Facts, call_name, iter_nodes
 from perflint.rules.base import Rule, Violation
 from perflint.rules.common import param_for
+from perflint.rules.host_sync.values import gathered_size
 from perflint.rules.host_sync.helpers import (
     feeds_environment,
     item_sync,
@@ -269,7 +270,9 @@ class ItemInLoop(Rule):
     ## Applies to
     All torch versions. Not reported in files where nothing can be on an accelerator (no
     CUDA, no `.to(<device>)` that may be a GPU, no `device=` argument, no Accelerate or
-    Lightning): there `.item()` costs nothing.
+    Lightning): there `.item()` costs nothing. Nor for the sizes a gather of Python objects
+    exchanges (`[int(s.item()) for s in size_list]` after `dist.all_gather(size_list, ...)`):
+    the host needs them to size the receive buffers, and the gather has already waited.
 
     Reported only with evidence that the read runs on every step (the finding's `why`,
     shown by `perflint check --show-why`, in JSON and on hover): the training loop and its
@@ -307,7 +310,7 @@ class ItemInLoop(Rule):
         if not facts.filewide.may_use_accelerator:
             return  # everything is on the CPU: `.item()` costs nothing
         for call in facts.tree.calls():
-            if not item_sync(facts, call):
+            if not item_sync(facts, call) or gathered_size(facts, call):
                 continue
             ctx = facts.loops.iteration_context(call)
             if ctx is None or feeds_environment(facts, call):

@@ -332,3 +332,25 @@ def consumed_on_host(facts: Facts, value: cst.CSTNode) -> bool:
             return False
         cur = a
     return False
+
+
+_GATHERS = frozenset({"torch.distributed.all_gather", "torch.distributed.all_gather_into_tensor"})
+
+
+def gathered_size(facts: Facts, call: cst.Call) -> bool:
+    """`[int(s.item()) for s in size_list]` after `dist.all_gather(size_list, local_size)`: the
+    sizes every rank sends in a gather of Python objects (the pickle-based `all_gather`
+    helper), which the host needs to size the receive buffers and cut the payloads; nothing
+    can stay on the device, and the gather itself already waited for every rank."""
+    recv = call.func.value if isinstance(call.func, cst.Attribute) else None
+    if not isinstance(recv, cst.Name):
+        return False
+    for b in facts.bindings.lookup(recv.value, recv):
+        if b.how != "iter" or not isinstance(b.node, cst.Name):
+            continue
+        scope = facts.tree.enclosing_function(call) or facts.module
+        for c in facts.tree.calls_within(scope):
+            if facts.tree.qualname(c.func) in _GATHERS and c.args and isinstance(c.args[0].value, cst.Name) \
+                    and c.args[0].value.value == b.node.value:
+                return True
+    return False
