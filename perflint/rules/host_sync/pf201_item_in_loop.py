@@ -271,8 +271,8 @@ class ItemInLoop(Rule):
     All torch versions. Not reported in files where nothing can be on an accelerator (no
     CUDA, no `.to(<device>)` that may be a GPU, no `device=` argument, no Accelerate or
     Lightning): there `.item()` costs nothing. Nor for the sizes a gather of Python objects
-    exchanges (`[int(s.item()) for s in size_list]` after `dist.all_gather(size_list, ...)`):
-    the host needs them to size the receive buffers, and the gather has already waited.
+    exchanges (`size_list = [int(s.item()) for s in size_list]` after `dist.all_gather(size_list,
+    ...)`, then `max(size_list)`): the host needs them to allocate the receive buffers.
 
     Reported only with evidence that the read runs on every step (the finding's `why`,
     shown by `perflint check --show-why`, in JSON and on hover): the training loop and its

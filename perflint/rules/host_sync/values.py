@@ -338,18 +338,28 @@ _GATHERS = frozenset({"torch.distributed.all_gather", "torch.distributed.all_gat
 
 
 def gathered_size(facts: Facts, call: cst.Call) -> bool:
-    """`[int(s.item()) for s in size_list]` after `dist.all_gather(size_list, local_size)`: the
-    sizes every rank sends in a gather of Python objects (the pickle-based `all_gather`
-    helper), which the host needs to size the receive buffers and cut the payloads; nothing
-    can stay on the device, and the gather itself already waited for every rank."""
+    """`size_list = [int(s.item()) for s in size_list]` after `dist.all_gather(size_list, n)`,
+    then `max(size_list)`: the sizes every rank sends in a gather of Python objects (the
+    pickle-based `all_gather` helper), which the host needs to allocate the receive buffers
+    and cut the payloads; no variant of that helper keeps them on the device."""
     recv = call.func.value if isinstance(call.func, cst.Attribute) else None
-    if not isinstance(recv, cst.Name):
+    arg = facts.tree.parent(call)
+    wrap = facts.tree.parent(arg) if isinstance(arg, cst.Arg) else None
+    comp = facts.tree.parent(wrap) if isinstance(wrap, cst.Call) and call_name(wrap) == "int" else None
+    assign = facts.tree.parent(comp) if isinstance(comp, cst.ListComp) and comp.elt is wrap else None
+    if not isinstance(recv, cst.Name) or not isinstance(assign, cst.Assign) or len(assign.targets) != 1 \
+            or not isinstance(assign.targets[0].target, cst.Name):
+        return False
+    sizes = assign.targets[0].target.value
+    scope = facts.tree.enclosing_function(call) or facts.module
+    calls = facts.tree.calls_within(scope)
+    if not any(call_name(c) == "max" and c.args and isinstance(c.args[0].value, cst.Name)
+               and c.args[0].value.value == sizes for c in calls):
         return False
     for b in facts.bindings.lookup(recv.value, recv):
         if b.how != "iter" or not isinstance(b.node, cst.Name):
             continue
-        scope = facts.tree.enclosing_function(call) or facts.module
-        for c in facts.tree.calls_within(scope):
+        for c in calls:
             if facts.tree.qualname(c.func) in _GATHERS and c.args and isinstance(c.args[0].value, cst.Name) \
                     and c.args[0].value.value == b.node.value:
                 return True
