@@ -22,6 +22,7 @@ from perflint.rules.data_loading.helpers import (
     read_cheaply,
 )
 from perflint.rules.host_sync.helpers import waits_at_once
+from perflint.rules.host_sync.waits import copy_waits_elsewhere
 from perflint.analysis.vocab import Kind
 
 
@@ -182,6 +183,8 @@ class BlockingHostToDeviceCopy(Rule):
     nor of a loader read once after training (a final test), nor in an evaluation function of
     a training file that is called only outside any loop, in code that runs once, and that no
     other file calls per step (`print(compute_accuracy(model, test_loader))` after training),
+    nor in a loop every iteration of which also makes a blocking copy of host data that no rule
+    reports (`tokenizer(texts, return_tensors="pt").to(device)`): the host waits there anyway,
     nor in the evaluation loop of a file that does not train when that loop runs once (a
     prediction script's `main`, also through a per-batch helper only that pass calls), or of a function or a branch that runs instead of training (`if not
     args.eval: train(args) else: test(args)`; an arm of `if args.test_only:` that ends in
@@ -248,6 +251,8 @@ class BlockingHostToDeviceCopy(Rule):
                 continue  # the batch may be a project class whose `.cuda()`/`.to()` takes no `non_blocking`
             if waits_at_once(facts, ctx.node, call):
                 continue  # the step reads back from the GPU before any work: nothing to overlap the copy with
+            if copy_waits_elsewhere(facts, ctx.node, call) is not None:
+                continue  # a blocking copy of host data (a tokenizer's output) waits on every iteration anyway
             new = add_arg(call, make_kwarg("non_blocking", "True"))
             cast = _host_cast(recv)
             if cast is not None:

@@ -10,6 +10,7 @@ from perflint.analysis import Facts, call_name, iter_nodes
 from perflint.rules.base import Rule, Violation
 from perflint.rules.common import param_for
 from perflint.rules.host_sync.values import gathered_size
+from perflint.rules.host_sync.waits import copy_waits_elsewhere
 from perflint.rules.host_sync.helpers import (
     feeds_environment,
     item_sync,
@@ -272,7 +273,10 @@ class ItemInLoop(Rule):
     CUDA, no `.to(<device>)` that may be a GPU, no `device=` argument, no Accelerate or
     Lightning): there `.item()` costs nothing. Nor for the sizes a gather of Python objects
     exchanges (`size_list = [int(s.item()) for s in size_list]` after `dist.all_gather(size_list,
-    ...)`, then `max(size_list)`): the host needs them to allocate the receive buffers.
+    ...)`, then `max(size_list)`): the host needs them to allocate the receive buffers. Nor in a
+    loop every iteration of which makes a blocking copy of host data that no rule reports
+    (`tokenizer(texts, return_tensors="pt").to(device)`, `torch.from_numpy(a).cuda()`): from
+    pageable memory that copy waits for the GPU anyway, and one more read adds next to nothing.
 
     Reported only with evidence that the read runs on every step (the finding's `why`,
     shown by `perflint check --show-why`, in JSON and on hover): the training loop and its
@@ -320,6 +324,8 @@ class ItemInLoop(Rule):
                 continue  # not part of training: an inference script, a tool, a check
             if waited_before(facts, ctx.node, call, collected=True) is not None:
                 continue  # the iteration just waited for the GPU: this read costs nothing more
+            if copy_waits_elsewhere(facts, ctx.node, call) is not None:
+                continue  # a blocking copy of host data waits on every iteration anyway
             where = "training" if ctx.kind == "train" else "evaluation"
             yield Violation(
                 call.func.attr,

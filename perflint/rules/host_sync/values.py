@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from perflint.analysis import Facts, call_name, get_arg
+from perflint.analysis import Facts, call_name, get_arg, literal_value
 from perflint.analysis.vocab import Kind, SIZE_FACTORIES
 
 
@@ -170,6 +170,8 @@ def blocking_host_copy(facts: Facts, call: cst.Call) -> bool:
         return False  # a loader's batch: PF105 asks to pin it and copy without blocking
     if _from_factory(facts, recv, 0):
         return False  # `torch.randn(n).to(device)`: PF409 makes it on the device, with no copy
+    if _tokenized(facts, recv, 0):
+        return True  # `tokenizer(texts, return_tensors="pt").to(device)`: every tensor copied, blocking
     if isinstance(recv, cst.Call) and (facts.tree.qualname(recv.func) or "") in _HOST_TENSOR_TYPES:
         return True
     return Kind.CPU_TENSOR in kinds
@@ -195,6 +197,19 @@ def collected_for_host(facts: Facts, node: cst.CSTNode) -> bool:
     call = facts.tree.parent(arg) if isinstance(arg, cst.Arg) else None
     return isinstance(call, cst.Call) and call_name(call) == "append" and isinstance(call.func, cst.Attribute) \
         and isinstance(call.func.value, cst.Name) and _list_goes_to_host(facts, call.func.value)
+
+
+def _tokenized(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool:
+    """`tokenizer(texts, padding=..., return_tensors="pt")`, or a name bound only to one: a
+    tokenizer's (or processor's) output, tensors it made on the host."""
+    if isinstance(expr, cst.Call):
+        arg = get_arg(expr, "return_tensors")
+        return arg is not None and literal_value(arg.value) == "pt"
+    if isinstance(expr, cst.Name) and depth < 2:
+        bs = facts.bindings.lookup(expr.value, expr)
+        return bool(bs) and all(b.how == "expr" and b.node is not expr and _tokenized(facts, b.node, depth + 1)
+                                for b in bs)
+    return False
 
 
 def _from_factory(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool:
