@@ -258,10 +258,25 @@ class HotPath(Component):
             return False
         name = top.name.value
         calls = self.tree.calls_named(name)
+        if not calls and self._command_of_its_own(top):
+            return True  # `@cli.command() def test(...)`: its own invocation, which trains nothing
         uses = [n for n in self.tree.index[cst.Name] if n.value == name and n is not top.name]
         if not calls or len(uses) != len(calls):
             return False  # never called here, or handed around by name
         return all(self._other_arm_trains(c) for c in calls)
+
+    def _command_of_its_own(self, fn: cst.FunctionDef) -> bool:
+        """A command-line subcommand (`@main.command()`, click or typer) of a file that trains,
+        which calls none of the file's functions that train: the program runs it instead of
+        the training command."""
+        if not self.loops.training_loops():
+            return False
+        if not any(isinstance(f := (d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator), cst.Attribute)
+                   and f.attr.value == "command" for d in fn.decorators):
+            return False
+        trainers = {self.tree.enclosing_function(loop) for loop in self.loops.training_loops()}
+        names = {t.name.value for t in trainers if t is not None and t is not fn}
+        return not any((call_name(c) or "") in names for c in self.tree.calls_within(fn))
 
     def _run_mode_arm(self, region: cst.CSTNode) -> bool:
         """`region` sits in an arm of `if args.test_only:` / `if args.train: ... else: ...` /

@@ -437,7 +437,10 @@ def runs_once(facts: Facts, scope: cst.CSTNode, depth: int = 0) -> bool:
         return True  # every caller in the project is code that does not train (an evaluation script)
     calls = facts.tree.calls_named(name)
     if not calls:
-        return name in ("main", "run", "_main")
+        # an entry point: `main()` by convention, or a command-line (sub)command (`@cli.command()`)
+        return name in ("main", "run", "_main") or any(
+            isinstance(f := (d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator), cst.Attribute)
+            and f.attr.value == "command" for d in scope.decorators)
     for c in calls:
         host = facts.tree.enclosing_function(c) or facts.module
         if throttled_in_loop(facts, c, host) is not None or not runs_once(facts, host, depth + 1):

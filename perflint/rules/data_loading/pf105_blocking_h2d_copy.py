@@ -188,7 +188,8 @@ class BlockingHostToDeviceCopy(Rule):
     nor in the evaluation loop of a file that does not train when that loop runs once (a
     prediction script's `main`, also through a per-batch helper only that pass calls), or of a function or a branch that runs instead of training (`if not
     args.eval: train(args) else: test(args)`; an arm of `if args.test_only:` that ends in
-    `sys.exit(0)`); an evaluation function nothing in the file calls is still
+    `sys.exit(0)`; a command-line subcommand of its own, `@cli.command() def test(...)`, that
+    calls none of the file's training functions); an evaluation function nothing in the file calls is still
     reported (a training script elsewhere may call it every epoch), unless the project shows
     every call of it and none runs in code that trains (an evaluation script's helper,
     directly or through the functions that call it). Not for a copy the step
