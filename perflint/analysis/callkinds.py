@@ -13,7 +13,7 @@ from perflint.analysis.component import Component
 from perflint.analysis.syntax import call_name, get_arg
 from perflint.analysis.devices import _device_kinds_of
 from perflint.analysis.vocab import (
-    Kind, DATALOADER, LOSS_FUNCTIONS, MODEL_FACTORIES, OPTIMIZER_CLASSES, SCALERS, _CALLEE_VERB, _CONSTRUCTORS,
+    Kind, DATALOADER, LOSS_FUNCTIONS, MODEL_FACTORIES, OPTIMIZER_CLASSES, SCALERS, _CALLEE_VERB, _CONSTRUCTORS, loads_model,
     _NON_TENSOR_TORCH, _PASS_THROUGH_METHODS, _THIRD_PARTY_OPTIMIZERS,
 )
 
@@ -72,7 +72,7 @@ class CallKinds(Component):
                 return {Kind.TENSOR}
             if q in _MODEL_WRAPPERS and node.args:
                 return set(self.kinds.of(node.args[0].value)) & {Kind.MODEL} or {Kind.MODEL}
-            if MODEL_FACTORIES.match(q) and not q.endswith(("Tokenizer", "Config", "Processor")):
+            if loads_model(q):
                 if ".from_pretrained" in q or q.startswith(("torchvision.models", "timm", "torch.hub", "torchaudio.models")):
                     return {Kind.MODEL}
             if q.startswith("torch.") and not _NON_TENSOR_TORCH.match(q):

@@ -32,7 +32,7 @@ from perflint.analysis.project import RESULT_KINDS
 from perflint.analysis.summary_types import CallRecord, ClassInfo, FunctionInfo, ModuleSummary, Signature
 from perflint.analysis.devices import _device_string_kinds
 from perflint.analysis.syntax import NOT_LITERAL, argparse_dest, call_name, get_arg, has_splat, is_main_guard, literal_value
-from perflint.analysis.vocab import Kind, DATALOADER, _OPTION_ROOTS
+from perflint.analysis.vocab import Kind, DATALOADER, _OPTION_ROOTS, loads_model
 from perflint.names import ImportTable, dotted
 
 SUMMARY_VERSION = 8
@@ -141,7 +141,7 @@ def _body_info(facts, container: cst.CSTNode) -> dict:
     uses: set[str] = set()
     for call in facts.tree.calls_within(container):
         q = facts.tree.qualname(call.func)
-        if q is not None and _API.match(q):
+        if q is not None and _API.match(q) and (not q.endswith(".from_pretrained") or loads_model(q)):
             apis.add(q)
             if _wide_conv(call, q):
                 apis.add(WIDE_CONV)

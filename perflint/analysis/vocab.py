@@ -78,6 +78,19 @@ MODEL_FACTORIES = re.compile(
     r"^(torchvision\.models\.[\w.]+|timm\.create_model|torch\.hub\.load|"
     r"transformers\.\w+\.from_pretrained|transformers\.\w+|torchaudio\.models\.\w+)$"
 )
+# What `from_pretrained` loads besides models: tokenizers, configurations, processors.
+_NOT_A_MODEL = re.compile(r"(Tokenizer(Fast)?|Config|Processor|FeatureExtractor|GenerationConfig)$")
+
+
+def loads_model(q: str) -> bool:
+    """`q` (a call's qualified name) builds a model: a model factory, or `from_pretrained` of
+    a transformers class other than a tokenizer, configuration or processor."""
+    if not MODEL_FACTORIES.match(q):
+        return False
+    cls = q[: -len(".from_pretrained")] if q.endswith(".from_pretrained") else q
+    return not _NOT_A_MODEL.search(cls)
+
+
 # Calls that return their receiver's kind (tensors stay tensors, models stay models).
 _PASS_THROUGH_METHODS = {
     "to", "cuda", "cpu", "float", "half", "bfloat16", "double", "long", "int", "bool",

@@ -8,6 +8,7 @@ import libcst as cst
 
 from perflint.diagnostics import Severity
 from perflint.analysis import Facts
+from perflint.analysis.vocab import loads_model
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import is_training_file, torch_module_name, words
 from perflint.rules.precision.helpers import (
@@ -54,7 +55,7 @@ def has_matmul_work(facts: Facts) -> bool:
         return True
     return any(
         TORCHVISION_CLASSIFIER.match(q) or q == "timm.create_model" or q == "torch.hub.load"
-        or (q.startswith("transformers.") and q.endswith(".from_pretrained"))
+        or (q.startswith("transformers.") and q.endswith(".from_pretrained") and loads_model(q))
         for q in called
     )
 
