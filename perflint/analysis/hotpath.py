@@ -28,7 +28,7 @@ import libcst as cst
 
 from perflint.analysis.component import Component
 
-from perflint.analysis.syntax import call_name
+from perflint.analysis.syntax import call_name, is_cli_command
 from perflint.analysis.tree import iter_nodes
 from perflint.analysis.vocab import Kind
 
@@ -271,8 +271,7 @@ class HotPath(Component):
         the training command."""
         if not self.loops.training_loops():
             return False
-        if not any(isinstance(f := (d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator), cst.Attribute)
-                   and f.attr.value == "command" for d in fn.decorators):
+        if not is_cli_command(fn):
             return False
         trainers = {self.tree.enclosing_function(loop) for loop in self.loops.training_loops()}
         names = {t.name.value for t in trainers if t is not None and t is not fn}

@@ -111,3 +111,13 @@ def is_main_guard(node: cst.CSTNode) -> bool:
         return False
     sides = (node.test.left, node.test.comparisons[0].comparator)
     return {s.value if isinstance(s, cst.Name) else literal_value(s) for s in sides} == {"__name__", "__main__"}
+
+
+def is_cli_command(fn: cst.FunctionDef) -> bool:
+    """A command-line (sub)command: decorated `@<group>.command(...)` (click, typer), an entry
+    point the program runs on its own."""
+    for d in fn.decorators:
+        f = d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator
+        if isinstance(f, cst.Attribute) and f.attr.value == "command":
+            return True
+    return False

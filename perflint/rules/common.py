@@ -11,6 +11,7 @@ from perflint.edits import parse_expr
 from perflint.analysis import Binding, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.names import dotted
 from perflint.analysis.vocab import Kind
+from perflint.analysis.syntax import is_cli_command
 
 
 def words(facts: Facts):
@@ -438,9 +439,7 @@ def runs_once(facts: Facts, scope: cst.CSTNode, depth: int = 0) -> bool:
     calls = facts.tree.calls_named(name)
     if not calls:
         # an entry point: `main()` by convention, or a command-line (sub)command (`@cli.command()`)
-        return name in ("main", "run", "_main") or any(
-            isinstance(f := (d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator), cst.Attribute)
-            and f.attr.value == "command" for d in scope.decorators)
+        return name in ("main", "run", "_main") or is_cli_command(scope)
     for c in calls:
         host = facts.tree.enclosing_function(c) or facts.module
         if throttled_in_loop(facts, c, host) is not None or not runs_once(facts, host, depth + 1):
