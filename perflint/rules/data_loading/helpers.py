@@ -615,6 +615,10 @@ def read_sites(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: i
                 and call_name(node) == "iter":
             sites.append(("next", outer))  # `next(iter(loader))`: one batch
             continue
+        if node is not use and call_name(node) == "iter" and isinstance(parent, cst.Attribute) and parent.value is node \
+                and parent.attr.value in ("next", "__next__") and isinstance(facts.tree.parent(parent), cst.Call):
+            sites.append(("next", facts.tree.parent(parent)))  # `iter(loader).next()`: one batch
+            continue
         if isinstance(outer, cst.Call) and call_name(outer) in ("list", "tuple") and isinstance(outer.func, cst.Name):
             sites.append(("for", outer))  # `list(loader)`: one pass
             continue
