@@ -3,6 +3,7 @@
     python benchmarks/lint_speed.py FOLDER [--repeat N] [--jobs N] [--select CODES] [--json OUT.json]
     python benchmarks/lint_speed.py FOLDER --formats        # every output format, cold and warm
     python benchmarks/lint_speed.py --one-file FILE         # start-up: one small file (pre-commit)
+    python benchmarks/lint_speed.py --one-file FILE --against DIR   # … and DIR's perflint, alternating
     python benchmarks/lint_speed.py --big-file 10000 20000  # generated training files of N lines
     python benchmarks/lint_speed.py --phases 40000          # where a big file's check time goes
 
@@ -165,14 +166,36 @@ main()
 """
 
 
-def one_file_table(path: Path, repeat: int, med) -> dict:
-    """Start-up: what a pre-commit hook pays for one small file."""
+_RULES_PROBE = """
+import sys, atexit
+def _dump():
+    sys.stderr.write("\\nrules: " + str(sum(1 for m in sys.modules if m.rsplit(".", 1)[-1].startswith("pf"))) + "\\n")
+atexit.register(_dump)
+sys.argv = ["perflint"] + sys.argv[1:]
+from perflint.cli import main
+main()
+"""
+
+
+def one_file_table(path: Path, repeat: int, med, against: Path | None = None) -> dict:
+    """Start-up: what a pre-commit hook pays for one small file; with `against` (another
+    checkout's folder, e.g. `git archive REV | tar -x -C DIR`), the same cold check run from
+    that code, alternating with this one's."""
     env = _env()
     check = [sys.executable, "-m", "perflint", "check", str(path), "--exit-zero", "--quiet", "--output-format",
              "concise"]
     rows: dict[str, list] = {"python -c pass": [], "python -c 'import libcst'": [], "perflint --version": [],
                              "check, cold (empty cache)": [], "check, warm (cache filled)": []}
+    if against is not None:
+        rows[f"check, cold, code of {against.name}"] = []
     for _ in range(repeat):
+        if against is not None:
+            other = {**env, "PYTHONPATH": str(against.resolve()) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            with tempfile.TemporaryDirectory(prefix="perflint-bench-cache-") as cache:
+                t, c, p = _timed(check, {**other, "PERFLINT_CACHE_DIR": cache})
+                if p.returncode != 0:
+                    raise SystemExit(f"perflint from {against} failed ({p.returncode}):\n{p.stderr}")
+                rows[f"check, cold, code of {against.name}"].append((t, c))
         rows["python -c pass"].append(_timed([sys.executable, "-c", "pass"], env)[:2])
         rows["python -c 'import libcst'"].append(_timed([sys.executable, "-c", "import libcst"], env)[:2])
         rows["perflint --version"].append(_timed([sys.executable, "-m", "perflint", "--version"], env)[:2])
@@ -207,6 +230,17 @@ def one_file_table(path: Path, repeat: int, med) -> dict:
     print(f"targets: cold ≤ 0.50 s, warm ≤ 0.25 s; the warm run imported "
           f"{', '.join(imported) if imported else 'none'} of {', '.join(NOT_ON_A_WARM_RUN)}")
     out["warm_imported"] = imported
+    with tempfile.TemporaryDirectory(prefix="perflint-bench-cache-") as cache:
+        probe = [sys.executable, "-c", _RULES_PROBE, *check[3:]]
+        p = subprocess.run(probe, capture_output=True, text=True, env={**env, "PERFLINT_CACHE_DIR": cache},
+                           stdin=subprocess.DEVNULL)
+    loaded = p.stderr.rsplit("rules:", 1)[-1].split()[0] if "rules:" in p.stderr else "?"
+    print(f"rule modules the cold run imported: {loaded}")
+    out["rule_modules_imported"] = loaded
+    if against is not None:
+        theirs = out[f"check, cold, code of {against.name}"]["s"] / out["python -c 'import libcst'"]["s"]
+        out["against_cold_vs_import_libcst"] = theirs
+        print(f"the same, code of {against.name}: {theirs:.2f}")
     return out
 
 
@@ -391,6 +425,8 @@ def main() -> None:
     ap.add_argument("--select", metavar="CODES", help="perflint --select for the folder runs (e.g. ALL)")
     ap.add_argument("--formats", action="store_true", help="also time every output format on FOLDER")
     ap.add_argument("--one-file", type=Path, metavar="FILE", help="time start-up on one small file")
+    ap.add_argument("--against", type=Path, metavar="DIR",
+                    help="with --one-file: also time the cold check with the perflint package in DIR (another commit)")
     ap.add_argument("--big-file", type=int, nargs="+", metavar="LINES",
                     help="time generated training files of these sizes against the bare parse")
     ap.add_argument("--phases", metavar="LINES_OR_FILE",
@@ -401,7 +437,7 @@ def main() -> None:
     med = min if args.statistic == "min" else statistics.median
     extra: dict = {}
     if args.one_file is not None:
-        extra["one_file"] = one_file_table(args.one_file, args.repeat, med)
+        extra["one_file"] = one_file_table(args.one_file, args.repeat, med, args.against)
     if args.big_file:
         extra["big_file"] = big_file_table(args.big_file, args.repeat, med)
     if args.phases:
