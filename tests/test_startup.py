@@ -147,4 +147,6 @@ def test_a_cold_run_imports_only_the_rules_its_file_can_fire(tmp_path):
     expected = {row["module"] for row in RULES.values()
                 if row["default"] and any(tok.decode() in text for tok in row["tokens"])}
     assert expected and len(expected) < len([r for r in RULES.values() if r["default"]])
+    if any((d / "pyproject.toml").is_file() for d in tmp_path.parents):
+        imported.discard("tomllib")  # a configuration above the test's folder is read, as it should be
     assert imported == expected, p.stderr[-500:]
