@@ -66,9 +66,8 @@ class Devices(Component):
         for call in self.tree.index[cst.Call]:
             if isinstance(call.func, cst.Attribute) and call.func.attr.value == "cuda":
                 return True
-        for s in self.tree.index[cst.SimpleString]:
-            v = literal_value(s)
-            if isinstance(v, str) and re.fullmatch(r"cuda(:\d+)?", v):
+        for v in self.tree.string_values:
+            if v.startswith("cuda") and re.fullmatch(r"cuda(:\d+)?", v):
                 return True
         for a in self.tree.index[cst.Attribute]:
             q = self.tree.qualname(a)

@@ -11,7 +11,7 @@ import libcst as cst
 
 from perflint.analysis.component import Component
 
-from perflint.analysis.syntax import call_name, get_arg, literal_value
+from perflint.analysis.syntax import call_name, get_arg
 from perflint.analysis.vocab import Kind, _DTYPE_NAMES, AUTOCASTS, SCALERS
 
 if TYPE_CHECKING:
@@ -96,11 +96,7 @@ class Words:
         self.name_nodes: dict[str, list[cst.Name]] = {}
         for node in facts.tree.index[cst.Name]:
             self.name_nodes.setdefault(node.value, []).append(node)  # type: ignore[attr-defined]
-        strings = set()
-        for node in facts.tree.index[cst.SimpleString]:
-            v = literal_value(node)
-            if isinstance(v, str):
-                strings.add(v)
+        strings = set(facts.tree.string_values)
         self.names = frozenset(self.name_nodes)
         self.strings = frozenset(strings)
         self.matmul_operator = any(

@@ -94,7 +94,7 @@ class Tree(Component):
 
     # What another Tree of the same module hands over, and the memos that hold with it.
     _PARTS = ("parents", "order", "_preorder", "index", "functions_by_name", "classes_by_name")
-    _MEMOS = ("_scope_memo", "_subtree_end", "_calls_by_bare_name")
+    _MEMOS = ("_scope_memo", "_subtree_end", "_calls_by_bare_name", "string_values")
 
     def __init__(self, facts, other: "Tree | None" = None, spelled: ImportTable | None = None) -> None:
         super().__init__(facts)
@@ -157,6 +157,19 @@ class Tree(Component):
     @cached_property
     def _scope_memo(self) -> dict[cst.CSTNode, Scope]:
         return {}
+
+    @cached_property
+    def string_values(self) -> list[str]:
+        """The value of each plain string literal of the file that is text (not bytes, not
+        an f-string), in source order, evaluated once for every question that reads them."""
+        from perflint.analysis.syntax import literal_value
+
+        out = []
+        for node in self.index[cst.SimpleString]:
+            v = literal_value(node)
+            if isinstance(v, str):
+                out.append(v)
+        return out
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)
