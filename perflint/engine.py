@@ -667,6 +667,18 @@ def fix_text(
             if last is not None:
                 last.append((text, analysis))
             return text, applied, errors
+        if perr is None and len(chosen) < len(plans):
+            from perflint.fixedits import take_commuting
+
+            got = take_commuting(analysis, text, plans, codes, chosen, new_text, _apply)
+            if got is not None:
+                parsed, merr = _parse(got[1], path)
+                if merr is None:  # else the plans left wait for the next pass, as before
+                    for plan in got[0]:
+                        i = next(i for i, p in enumerate(plans) if p is plan)
+                        chosen.append(plan)
+                        chosen_counts.append(counts[i])
+                    new_text, new_module = got[1], parsed
         for count in chosen_counts:
             for code, n in count.items():
                 applied[code] = applied.get(code, 0) + n

@@ -177,3 +177,108 @@ def to_edits(offsets: list[tuple[int, int, str]], lines, notebook) -> tuple[Edit
                 return ()
         out.append(Edit(content, Location(r1, c1), Location(r2, c2)))
     return tuple(out)
+
+
+def _clash(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether two edits' ranges overlap: they share a character, or one is an insertion
+    strictly inside the other's range.  Insertions at the same point do not clash: they are
+    applied in the order the fixes were taken."""
+    (s1, e1), (s2, e2) = a, b
+    if s1 == e1 and s2 == e2:
+        return False
+    if s1 == e1:
+        return s2 < s1 < e2
+    if s2 == e2:
+        return s1 < s2 < e1
+    return max(s1, s2) < min(e1, e2)
+
+
+def apply_edits(text: str, edits: list[tuple[int, int, str]]) -> str:
+    """`text` with non-clashing (start, end, content) edits applied; insertions at one point
+    in the order given."""
+    order = sorted(range(len(edits)), key=lambda i: (edits[i][0], edits[i][1], i))
+    out, pos = [], 0
+    for i in order:
+        s, e, content = edits[i]
+        out.append(text[pos:s])
+        out.append(content)
+        pos = max(pos, e)
+    out.append(text[pos:])
+    return "".join(out)
+
+
+class _TooSlow(Exception):
+    pass
+
+
+def compose(module: cst.Module, text: str, plans: list, chosen: list, chosen_text: str, apply, joinable,
+            slow_budget: int = 4) -> tuple[list, str] | None:
+    """The plans left out of `chosen` because their nodes overlap a chosen plan's, taken into
+    the same pass when the text edits of each touch no other plan's: (those plans, the text
+    with all the plans applied), or None.  All of them or none: the next pass would apply
+    them together, and one taken early could change what that pass finds for another (an
+    autocast region makes the TF32 advice moot).
+
+    A fix pass applies the chosen plans by transforming the tree (`chosen_text` is what that
+    wrote); two fixes that change one node (two keywords added to one call, two statements
+    inserted before one statement) or nested nodes would each need a pass of their own.
+    Here every plan's edits are found (as `plan_edits` finds them for the JSON output); they
+    are trusted only when the chosen plans' edits, applied to `text`, give exactly
+    `chosen_text`.  `joinable(plan, taken)` says whether a plan may join the plans taken so
+    far: whether applying them first could change that plan's fix (the engine knows which
+    rules' fixes commute).  At most `slow_budget` plans may need the whole tree rendered to
+    find their edits (a large file with many such plans is left to the passes).
+    """
+    from perflint.positions import node_offsets
+
+    deferred = [p for p in plans if not any(p is c for c in chosen)]
+    if not deferred or not all(joinable(p, chosen) for p in deferred):
+        return None
+    whole: dict = {}
+    node_offsets(module, [], whole, [n for p in plans for n in p.replacements])
+    slow = [0]
+
+    def alone(p):
+        slow[0] += 1
+        if slow[0] > slow_budget:
+            raise _TooSlow
+        return edits_alone(module, text, p, apply)
+
+    try:
+        by_plan = plan_edits(module, text, list(chosen) + deferred, whole, alone)
+    except _TooSlow:
+        return None
+    taken: list[tuple[int, int, str]] = [e for p in chosen for e in by_plan.get(id(p), [])]
+    if apply_edits(text, taken) != chosen_text:
+        return None
+    extra = []
+    for p in deferred:
+        mine = by_plan.get(id(p)) or []
+        if not mine or any(_clash((s, e), (s2, e2)) for s, e, _ in mine for s2, e2, _ in taken) \
+                or not joinable(p, extra):
+            return None
+        extra.append(p)
+        taken.extend(mine)
+    return extra, apply_edits(text, taken)
+
+
+def take_commuting(analysis, text: str, plans: list, codes: list, chosen: list, chosen_text: str, apply):
+    """`compose` for a fix pass of the engine: the plans a pass left out because their nodes
+    overlap a chosen one's, taken where their rules' fixes commute (each rule's
+    `fix_commutes_with`).  The chosen plans are those `chosen_text` applied: (plans taken
+    besides them, the text)."""
+    tree = analysis.facts.tree
+    code_of = {id(p): c for p, c in zip(plans, codes)}
+
+    def overlap(a, b) -> bool:
+        an, bn = set(a.replacements), set(b.replacements)
+        return bool(an & bn) or any(x in bn for n in an for x in tree.ancestors(n)) \
+            or any(x in an for n in bn for x in tree.ancestors(n))
+
+    commutes = {rule.code: rule.fix_commutes_with for rule, _ in analysis.findings}
+
+    def joinable(plan, taken) -> bool:
+        mine = commutes.get(code_of[id(plan)], frozenset())
+        return all(code_of[id(t)] in mine for t in taken if t is not plan and overlap(plan, t))
+
+    return compose(analysis.module, text, plans, chosen, chosen_text, apply, joinable)

@@ -57,6 +57,11 @@ class Rule:
     per_step: ClassVar[bool] = False
     # How an editor marks the findings (the language server's diagnostic tags).
     editor_tags: ClassVar[tuple[EditorTag, ...]] = ()
+    # Rules whose fixes this rule's fix may share a `fix` pass with where their nodes overlap
+    # (`perflint.fixedits.compose`): this fix reads nothing that theirs write, so taking it
+    # with theirs applied first gives what the next pass would give.  Left out: a rule whose
+    # fix can make this one moot or change it.
+    fix_commutes_with: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

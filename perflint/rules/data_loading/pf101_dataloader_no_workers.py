@@ -240,6 +240,8 @@ class DataLoaderNoWorkers(Rule):
     summary = "DataLoader loads data in the main process (num_workers missing or 0)"
     fix_class = FixClass.UNSAFE
     tokens = (b"DataLoader",)
+    # Shares a fix pass with: `pin_memory` (PF102) on the same loader is not read by this fix.
+    fix_commutes_with = frozenset({"PF102"})
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         for call in dataloaders(facts):

@@ -133,6 +133,9 @@ class DataLoaderNoPinMemory(Rule):
     summary = "DataLoader without pin_memory in CUDA code"
     fix_class = FixClass.SAFE_OR_UNSAFE
     tokens = (b"DataLoader",)
+    # Shares a fix pass with: the worker options PF101 and PF103 add to the same loader are not
+    # read by this fix, nor `pin_memory` by theirs.
+    fix_commutes_with = frozenset({"PF101", "PF103"})
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         if not facts.devices.is_cuda_code:

@@ -115,6 +115,8 @@ class DataLoaderNoPersistentWorkers(Rule):
     fix_class = FixClass.UNSAFE
     min_torch = (1, 7)  # `persistent_workers` is a TypeError before 1.7
     tokens = (b"DataLoader",)
+    # Shares a fix pass with: `pin_memory` (PF102) on the same loader is not read by this fix.
+    fix_commutes_with = frozenset({"PF102"})
     default = False  # held-out whole-repository review: 0.50, 0.72 (see "Applies to")
 
     def check(self, facts: Facts) -> Iterator[Violation]:

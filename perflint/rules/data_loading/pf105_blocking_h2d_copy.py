@@ -208,6 +208,9 @@ class BlockingHostToDeviceCopy(Rule):
     summary = "batch copied to the GPU without non_blocking=True"
     fix_class = FixClass.SAFE_OR_UNSAFE
     tokens = (b".to(", b".cuda(")
+    # Shares a fix pass with: the autocast region (PF403) or the `no_grad` block (PF304) another
+    # fix puts around the copy changes nothing of `non_blocking=True`.
+    fix_commutes_with = frozenset({"PF403", "PF304"})
     min_torch = (0, 4)  # `non_blocking=` came with 0.4 (0.3 spelled it `async=`, a keyword since Python 3.7)
     per_step = True
 

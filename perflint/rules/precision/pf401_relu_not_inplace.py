@@ -219,6 +219,9 @@ class ReluNotInplace(Rule):
     fix_class = FixClass.UNSAFE
     default = False
     tokens = (b"relu", b"ReLU")
+    # Shares a fix pass with: `torch.compile` (PF410) around the model built here changes
+    # nothing of `inplace=True`.
+    fix_commutes_with = frozenset({"PF410"})
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         if words(facts).name_contains("register_forward_hook", "register_module_forward_hook"):

@@ -216,6 +216,9 @@ class NoMixedPrecision(Rule):
     fix_class = FixClass.UNSAFE
     min_torch = (1, 10)
     tokens = (b"backward",)
+    # Shares a fix pass with: `non_blocking=True` on a copy inside the step (PF105) changes
+    # nothing of the autocast region around it.
+    fix_commutes_with = frozenset({"PF105"})
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         if not facts.devices.is_cuda_code or self._has_precision_setup(facts) or optimizes_inputs_only(facts):

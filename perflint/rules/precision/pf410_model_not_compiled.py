@@ -169,6 +169,9 @@ class ModelNotCompiled(Rule):
     fix_class = FixClass.UNSAFE
     default = False
     min_torch = (2, 0)
+    # Shares a fix pass with: `inplace=True` (PF401) in the model built here changes nothing
+    # of the `torch.compile` line.
+    fix_commutes_with = frozenset({"PF401"})
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         if not is_training_file(facts) or uses_training_framework(facts) or mentions_compile(facts):
