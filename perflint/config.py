@@ -436,15 +436,16 @@ _DOC_FILES = ("README.md", "README.rst", "README.txt", "README", "INSTALL.md", "
 _DOC_BOUNDS = (
     re.compile(r"^\s*FROM\s+(?:docker\.io/)?pytorch/pytorch:v?(\d+)\.(\d+)", re.M | re.I),
     re.compile(r"\b(?:pip3?|conda|mamba)\s+install\b[^\n]*?[\s\"'](?:py)?torch\s*(?:==|>=|=|~=)\s*v?(\d+)\.(\d+)"),
-    re.compile(r"\b(?:py)?torch\s*(?:version\s*)?(?:>=|≥|=>)\s*v?(\d+)\.(\d+)", re.I),
+    re.compile(r"\b(?:py)?torch\s*\(?\s*(?:version\s*)?(?:>=|≥|=>)\s*v?(\d+)\.(\d+)", re.I),  # "PyTorch (>= 0.4.1)"
     re.compile(r"\bpytorch\s*v?(\d+)\.(\d+)(?:\.\d+)?\s*(?:\+|or\s+(?:later|higher|newer|above|greater)"
                r"|and\s+(?:later|above|higher|newer))", re.I),
-    # A requirements list item ("* PyTorch 2.0", "- pytorch: 1.7.1") and "developed / tested
-    # with PyTorch 1.8.1": the version the code was written for.
-    re.compile(r"^[ \t]*[-*+][ \t]+(?:\*\*)?(?:py)?torch(?:\*\*)?[ \t]*(?:version[ \t]*)?[:=]?[ \t]*v?(\d+)\.(\d+)",
-               re.I | re.M),
-    re.compile(r"\b(?:developed|tested|written|implemented|trained)\s+(?:for|with|on|using|under|in)\s+"
-               r"pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
+    # A requirements list item ("* PyTorch 2.0", "- pytorch: 1.7.1", "1. PyTorch 1.8") and
+    # "developed / tested with PyTorch 1.8.1", "compatible with PyTorch 0.4.1/1.0": the
+    # version the code was written for.
+    re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t]+(?:\*\*)?(?:py)?torch(?:\*\*)?[ \t]*(?:version[ \t]*)?[:=]?[ \t]*"
+               r"v?(\d+)\.(\d+)", re.I | re.M),
+    re.compile(r"\b(?:(?:developed|tested|written|implemented|trained)\s+(?:for|with|on|using|under|in)"
+               r"|compatible\s+with)\s+pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
 )
 
 

@@ -259,6 +259,10 @@ def _pf402(root: Path, *args: str) -> bool:
         ({"README.md": "The code has been developed for PyTorch version 1.8.1 and torchvision 0.9.1.\n"}, False),
         ({"README.md": "- PyTorch Lightning 1.4\n- Transformers 4.2\n"}, True),
         ({"README.md": "* PyTorch 2.5 or later\n"}, True),
+        ({"README.md": "## Requirements\n1. PyTorch (>= 0.4.1): see pytorch.org\n"}, False),
+        ({"README.md": "Update: this repository is compatible with PyTorch 0.4.1/1.0 now!\n"}, False),
+        ({"README.md": "1. PyTorch 1.8\n2. torchvision\n"}, False),
+        ({"README.md": "1. Python 3.8 (>= 3.6)\n2. numpy (>= 1.20)\n"}, True),
         # A declared requirement wins over what the README says.
         ({"requirements.txt": "torch>=2.5\n", "README.md": "Install PyTorch 1.13 or later\n"}, True),
         # No lower bound anywhere: 2.4.
