@@ -31,14 +31,17 @@ class ModuleResolver:
 
     def search_bases(self, importer: str) -> list[str]:
         """Folders an absolute import of `importer` may start from: its own folder, the
-        project root and `src/`, then the folders between (scripts in `code/` that import
-        `networks.unet` put `code/` on the path for every module below it)."""
+        folders between it and the project root, nearest first (scripts in `code/` that
+        import `networks.unet` put `code/` on the path for every module below it; a
+        sub-project `FEDformer/` run from its own folder finds its `layers/` before the
+        root's), then the project root and `src/`."""
         here = os.path.dirname(importer)
-        out = [here, self.root, os.path.join(self.root, "src")]
+        out = [here]
         up = os.path.dirname(here)
         while len(up) > len(self.root) and up.startswith(self.root + os.sep):
             out.append(up)
             up = os.path.dirname(up)
+        out += [self.root, os.path.join(self.root, "src")]
         return list(dict.fromkeys(out))
 
     def resolve(self, importer: str, ref: str, depth: int = 0) -> tuple[str, str] | None:
