@@ -219,7 +219,9 @@ def _analyze(text: str, path: str, rules, target, project=None, module=None, tre
             continue  # the file's imports bound its torch below the target (`torchtext.legacy`)
         try:
             for v in rule.check(facts):
-                if not facts.throttles.never_runs(v.node):  # a branch no run takes (`else:` of an always-true option)
+                # Not in a branch no run takes (`else:` of an always-true option), nor in a
+                # function the project never calls.
+                if not facts.throttles.never_runs(v.node) and not facts.hotpath.in_unused_function(v.node):
                     findings.append((rule, v))
         except Exception as exc:  # noqa: BLE001 - one broken rule must not take the run down
             import traceback

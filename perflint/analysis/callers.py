@@ -421,3 +421,11 @@ class CallerFacts:
             return frozenset()
         got = self.index.result_kinds(w)
         return got & {Kind.DATALOADER} if unpacked else got
+
+
+def reached(callers: CallerFacts, where: tuple[str, str]) -> bool:
+    """Whether a summarised file calls `where`, or names it other than by a call
+    (`fn=train_step`)."""
+    if callers._calls_to is None:
+        callers._index_calls()
+    return bool(callers._calls_to.get(where)) or where in callers._escaped  # type: ignore[union-attr]

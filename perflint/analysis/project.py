@@ -26,10 +26,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
-from perflint.analysis.callers import CallerFacts
+from perflint.analysis.callers import CallerFacts, reached
 from perflint.analysis.modules import MAX_DEPTH, ModuleResolver
 from perflint.analysis.vocab import Kind
 
@@ -347,6 +348,75 @@ class ProjectIndex:
         """See `CallerFacts.called_only_outside_training`."""
         return self.callers.called_only_outside_training(where)
 
+    def never_used(self, where: tuple[str, str]) -> bool:
+        """Whether nothing in the project runs the top-level function `where`: its module is
+        imported by another file of the project, each time for other names (no import of the
+        module itself, no star import), it is not in the module's `__all__`, no call or other
+        mention of it (`fn=train`) in any summarised file reaches it, and no other text reads
+        it: a Python file with no summary (one that names no torch API) or a notebook that
+        imports its module and names it, or the package's entry points (`setup.py`,
+        `setup.cfg`, `pyproject.toml`) naming it.  A helper module's leftover
+        (`from layers.utils import get_filter`, and `utils.train` never called)."""
+        path, name = where
+        summary = self.summaries.get(path) or {}
+        if "." in name or name not in (summary.get("functions") or {}) or name in (summary.get("all") or ()):
+            return False
+        if reached(self.callers, where):
+            return False
+        uses = self._import_uses().get(path)
+        if uses is None or name in uses or "" in uses:
+            return False
+        texts = self._unsummarised_texts()
+        if texts is None:
+            return False  # more files than a project is read for: unsure
+        word = re.compile(r"(?<!\w)" + re.escape(name) + r"(?!\w|\.py\b)")  # `train.py` is a file
+        stem = os.path.basename(path)[:-3]
+        if stem == "__init__":
+            stem = os.path.basename(os.path.dirname(path))
+        imports_it = re.compile(r"\b(?:from|import)\s+[\w.]*\b" + re.escape(stem) + r"\b")
+        for f in texts:
+            try:
+                with open(f, "rb") as fh:
+                    text = fh.read(2_000_000).decode("utf-8", "replace")
+            except OSError:
+                return False
+            if word.search(text) and (f.endswith((".toml", ".cfg", "setup.py")) or imports_it.search(text)):
+                return False
+        return True
+
+    def _import_uses(self) -> dict[str, set[str]]:
+        """Each project file another file imports → the names imported from it ("" for the
+        module itself, an `import` of it or a star import)."""
+        got = self._memo.get("import_uses")
+        if got is None:
+            got = {}
+            for other in sorted(self.summaries):
+                s = self.summaries[other]
+                for ref in s.get("stars", ()):
+                    target = self.modules.module_ref(other, ref)
+                    if target is not None and target != other:
+                        got.setdefault(target, set()).add("")
+                for ref in [*(s.get("imports") or {}).values(), *(s.get("relative") or {}).values()]:
+                    w = self.resolve(other, ref)
+                    if w is not None and w[0] != other:
+                        got.setdefault(w[0], set()).add(w[1].split(".", 1)[0])
+            self._memo["import_uses"] = got
+        return got
+
+    def _unsummarised_texts(self) -> list[str] | None:
+        if "unsummarised" not in self._memo:
+            got: list[str] | None = sorted(self.all_files - set(self.summaries))
+            got += [os.path.join(self.root, n) for n in ("setup.py", "setup.cfg", "pyproject.toml")  # type: ignore[operator]
+                    if os.path.isfile(os.path.join(self.root, n))]
+            for d, dirs, files in os.walk(self.root):
+                dirs[:] = sorted(x for x in dirs if x not in _SKIP_DIRS and not x.startswith("."))
+                got += [os.path.join(d, n) for n in sorted(files) if n.endswith(".ipynb")]  # type: ignore[operator]
+                if len(got) > MAX_PROJECT_FILES:  # type: ignore[arg-type]
+                    got = None
+                    break
+            self._memo["unsummarised"] = got
+        return self._memo["unsummarised"]
+
     def param_kinds(self, where: tuple[str, str], index: int, name: str) -> frozenset[str]:
         """See `CallerFacts.param_kinds`."""
         return self.callers.param_kinds(where, index, name)
@@ -499,6 +569,11 @@ class ProjectView:
         return bool(self._ask(("outside", symbol),
                               lambda: self.index.called_only_outside_training((self.path, symbol)) or None))  # type: ignore[union-attr]
 
+    def never_used(self, symbol: str) -> bool:
+        """See `ProjectIndex.never_used`."""
+        return bool(self._ask(("unused", symbol),
+                              lambda: self.index.never_used((self.path, symbol)) or None))  # type: ignore[union-attr]
+
     def called_without_grad(self, symbol: str) -> bool:
         """See `CallerFacts.called_without_grad`."""
         return bool(self._ask(("nogradc", symbol),
@@ -572,6 +647,7 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "pmeth": view.param_method_kinds, "imeth": view.inherited_method_kinds,
                   "narrow": view.narrow_copy_method, "nogradc": view.called_without_grad,
                   "cfgfile": view.config_data, "outside": view.called_only_outside_training,
+                  "unused": view.never_used,
                   "graphm": view.graph_collate_method, "graphf": view.graph_collate}.get(kind)
         if method is not None:
             method(*args)
