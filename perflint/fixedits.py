@@ -269,16 +269,34 @@ def take_commuting(analysis, text: str, plans: list, codes: list, chosen: list, 
     besides them, the text)."""
     tree = analysis.facts.tree
     code_of = {id(p): c for p, c in zip(plans, codes)}
+    # Which plans replace each node, and which replace a node below it: the plans a plan
+    # overlaps are found from its own nodes and their ancestors, not by trying every pair.
+    at: dict[int, list] = {}
+    below: dict[int, list] = {}
+    for p in plans:
+        for n in p.replacements:
+            at.setdefault(id(n), []).append(p)
+            for a in tree.ancestors(n):
+                below.setdefault(id(a), []).append(p)
 
-    def overlap(a, b) -> bool:
-        an, bn = set(a.replacements), set(b.replacements)
-        return bool(an & bn) or any(x in bn for n in an for x in tree.ancestors(n)) \
-            or any(x in an for n in bn for x in tree.ancestors(n))
+    def overlapping(plan) -> list:
+        out = []
+        for n in plan.replacements:
+            out += at.get(id(n), [])
+            out += below.get(id(n), [])
+            for a in tree.ancestors(n):
+                out += at.get(id(a), ())
+        return [p for p in out if p is not plan]
 
     commutes = {rule.code: rule.fix_commutes_with for rule, _ in analysis.findings}
 
+    ids: dict[int, tuple[int, set]] = {}  # id(list of plans) → (its length, the ids in it)
+
     def joinable(plan, taken) -> bool:
         mine = commutes.get(code_of[id(plan)], frozenset())
-        return all(code_of[id(t)] in mine for t in taken if t is not plan and overlap(plan, t))
+        got = ids.get(id(taken))
+        if got is None or got[0] != len(taken):
+            got = ids[id(taken)] = (len(taken), {id(t) for t in taken})
+        return all(code_of[id(t)] in mine for t in overlapping(plan) if id(t) in got[1])
 
     return compose(analysis.module, text, plans, chosen, chosen_text, apply, joinable)

@@ -247,6 +247,13 @@ class HotPath(Component):
                         return True
         return False
 
+    @cached_property
+    def _runs_by_name(self) -> bool:
+        """The file is also a script (`if __name__ == "__main__":`), or looks names up at run
+        time (`globals()`, `fire.Fire`, `importlib.import_module`)."""
+        return any(is_main_guard(stmt) for stmt in self.facts.module.body) \
+            or bool(self.facts.filewide.words.names & _DISPATCH)
+
     def in_unused_function(self, node: cst.CSTNode) -> bool:
         """`node` sits in a top-level function (no decorator) that nothing in the project
         runs (`ProjectView.never_used`): its module is imported by other files for other
@@ -266,7 +273,7 @@ class HotPath(Component):
         words = self.facts.filewide.words
         if len(self.tree.functions_by_name.get(name, ())) != 1 or name in words.strings:
             return False
-        if any(is_main_guard(stmt) for stmt in self.facts.module.body) or words.names & _DISPATCH:
+        if self._runs_by_name:
             return False  # also a script (`fire.Fire()` makes every function a command), or names looked up at run time
         for n in words.name_nodes.get(name, ()):
             parent = self.tree.parent(n)
