@@ -28,7 +28,7 @@ import libcst as cst
 
 from perflint.analysis.component import Component
 
-from perflint.analysis.syntax import call_name, is_cli_command, is_main_guard
+from perflint.analysis.syntax import call_name, is_cli_command
 from perflint.analysis.tree import iter_nodes
 from perflint.analysis.vocab import Kind
 
@@ -68,10 +68,6 @@ def snippet(node: cst.CSTNode, limit: int = 60) -> str:
             return "…"
     text = " ".join(text.strip().splitlines()[0].split()) if text.strip() else text
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-# Names whose use in a file means its functions may be found by name at run time.
-_DISPATCH = frozenset({"globals", "locals", "vars", "Fire", "import_module", "__import__", "modules"})
 
 
 class HotPath(Component):
@@ -246,40 +242,6 @@ class HotPath(Component):
                     if b.how == "expr" and isinstance(b.node, cst.Call) and call_name(b.node) == "next":
                         return True
         return False
-
-    @cached_property
-    def _runs_by_name(self) -> bool:
-        """The file is also a script (`if __name__ == "__main__":`), or looks names up at run
-        time (`globals()`, `fire.Fire`, `importlib.import_module`)."""
-        return any(is_main_guard(stmt) for stmt in self.facts.module.body) \
-            or bool(self.facts.filewide.words.names & _DISPATCH)
-
-    def in_unused_function(self, node: cst.CSTNode) -> bool:
-        """`node` sits in a top-level function (no decorator) that nothing in the project
-        runs (`ProjectView.never_used`): its module is imported by other files for other
-        names, and this file names it nowhere but in its `def`, not even in a string.
-        Not in a file that is also a script (`if __name__ == "__main__":`, where
-        `fire.Fire()` or a dispatch on `sys.argv` may run any function) or that looks names
-        up at run time (`globals()`).  Findings there cost no time: the code does not run."""
-        project = self.facts.project
-        if project is None:
-            return False
-        top = self.tree.enclosing_function(node) if not isinstance(node, cst.FunctionDef) else node
-        while top is not None and self.tree.parent(top) is not self.facts.module:
-            top = self.tree.enclosing_function(top)
-        if top is None or top.decorators:
-            return False
-        name = top.name.value
-        words = self.facts.filewide.words
-        if len(self.tree.functions_by_name.get(name, ())) != 1 or name in words.strings:
-            return False
-        if self._runs_by_name:
-            return False  # also a script (`fire.Fire()` makes every function a command), or names looked up at run time
-        for n in words.name_nodes.get(name, ()):
-            parent = self.tree.parent(n)
-            if n is not top.name and not (isinstance(parent, cst.Attribute) and parent.attr is n):
-                return False  # used in the file (`fn=train`, a call the summary does not resolve)
-        return project.never_used(name)
 
     def runs_instead_of_training(self, region: cst.CSTNode) -> bool:
         """`region` is in a run mode of its own, which never runs while the model trains:
