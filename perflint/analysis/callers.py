@@ -429,3 +429,20 @@ def reached(callers: CallerFacts, where: tuple[str, str]) -> bool:
     if callers._calls_to is None:
         callers._index_calls()
     return bool(callers._calls_to.get(where)) or where in callers._escaped  # type: ignore[union-attr]
+
+
+def only_while_building(callers: CallerFacts, where: tuple[str, str], depth: int = 0) -> bool:
+    """Whether every call of the function `where` the project shows (see `_sites`) runs while
+    an object is built: in an `__init__` method, or in a function each of whose calls does
+    (`get_filter(k)` in `MultiWaveletCross.__init__`, which calls `get_phi_psi`)."""
+    sites = callers._sites(where)
+    if not sites:
+        return False
+    for caller, c in sites:
+        host = c.get("in")
+        if host is not None and host.endswith(".__init__"):
+            continue
+        if host is None or "." in host or (caller, host) == where or depth >= MAX_DEPTH \
+                or not only_while_building(callers, (caller, host), depth + 1):
+            return False
+    return True

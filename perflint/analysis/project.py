@@ -30,7 +30,7 @@ import re
 import stat
 from pathlib import Path
 
-from perflint.analysis.callers import CallerFacts, reached
+from perflint.analysis.callers import CallerFacts, only_while_building, reached
 from perflint.analysis.modules import MAX_DEPTH, ModuleResolver
 from perflint.analysis.vocab import Kind
 
@@ -574,6 +574,11 @@ class ProjectView:
         return bool(self._ask(("unused", symbol),
                               lambda: self.index.never_used((self.path, symbol)) or None))  # type: ignore[union-attr]
 
+    def only_while_building(self, symbol: str) -> bool:
+        """See `callers.only_while_building`."""
+        return bool(self._ask(("ctor", symbol),
+                              lambda: only_while_building(self.index.callers, (self.path, symbol)) or None))  # type: ignore[union-attr]
+
     def called_without_grad(self, symbol: str) -> bool:
         """See `CallerFacts.called_without_grad`."""
         return bool(self._ask(("nogradc", symbol),
@@ -647,7 +652,7 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "pmeth": view.param_method_kinds, "imeth": view.inherited_method_kinds,
                   "narrow": view.narrow_copy_method, "nogradc": view.called_without_grad,
                   "cfgfile": view.config_data, "outside": view.called_only_outside_training,
-                  "unused": view.never_used,
+                  "unused": view.never_used, "ctor": view.only_while_building,
                   "graphm": view.graph_collate_method, "graphf": view.graph_collate}.get(kind)
         if method is not None:
             method(*args)

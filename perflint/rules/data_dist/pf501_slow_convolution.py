@@ -150,7 +150,9 @@ class SlowConvolution(Rule):
 
     ## Applies to
     Any file (torch or not) that uses NumPy or SciPy convolution; not in a class's
-    `__init__` (a filter built once with the object).
+    `__init__` (a filter built once with the object), nor in a top-level helper that the
+    project calls only from constructors, here or in another module (`get_filter(k)` in a
+    layer's `__init__`).
 
     ## References
     - SciPy `scipy.signal.convolve` / `choose_conv_method` documentation
@@ -183,6 +185,9 @@ class SlowConvolution(Rule):
             fn = facts.tree.enclosing_function(call)
             if fn is not None and fn.name.value == "__init__" and facts.tree.enclosing_class(fn) is not None:
                 continue  # built once with the object (a filter bank in a module's constructor)
+            if fn is not None and facts.project is not None and facts.tree.parent(fn) is facts.module \
+                    and facts.project.only_while_building(fn.name.value):
+                continue  # a helper that only constructors call, here or in another module
             a, v = get_arg(call, "a" if kind == "np" else "in1", 0), get_arg(call, "v" if kind == "np" else "in2", 1)
             if a is None or v is None or _short_literal(facts, a.value) or _short_literal(facts, v.value):
                 continue
