@@ -58,16 +58,18 @@ class Cache:
     def dirty(self) -> bool:
         return bool(self.changed or self.used)
 
-    def get(self, key: str, sha: str, digest_of=None, stamp: str | None = None) -> list[Diagnostic] | None:
+    def get(self, key: str, sha: str, digest_of=None, stamp=None) -> list[Diagnostic] | None:
         """The cached diagnostics of a file whose bytes hash to `sha`, while the answers to the
         questions its analysis asked of its project still hash the same (`digest_of(questions)`).
         `stamp` identifies everything the answers are computed from (the project's files and
-        their contents): when it is the stamp the entry was stored with, the answers cannot
-        have changed and are not asked again."""
+        their contents), or computes that from the questions (a callable): when it is the stamp
+        the entry was stored with, the answers cannot have changed and are not asked again."""
         entry = self.entries.get(key)
         if not isinstance(entry, dict) or entry.get("sha") != sha:
             return None
         questions = entry.get("q") or []
+        if callable(stamp):
+            stamp = stamp(questions) if questions else None
         if questions and not (stamp is not None and entry.get("p") == stamp) and (
                 digest_of is None or digest_of(questions) != entry.get("a")):
             return None

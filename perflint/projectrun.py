@@ -412,7 +412,9 @@ class ProjectPhase:
         files, and the content of each file summarised (a summary is a function of the
         content and of perflint's code, which keys the cache).  None for a file whose
         questions read a config file (YAML/JSON, which no stamp covers): its cached findings
-        are served only once the answers are asked again and hash the same."""
+        are served only once the answers are asked again and hash the same.  A file that asked
+        whether a function is code nothing runs (`never_used`) also reads the notebooks and
+        the scripts with no summary: their sizes and times join its stamp."""
         if any(q.startswith('["cfgfile"') for q in questions):
             return None
         root = self.roots.get(key)
@@ -427,6 +429,23 @@ class ProjectPhase:
             parts = [root, "\0".join(sorted(index.all_files)),
                      "\0".join(f"{p}:{shas.get(p, '?')}" for p in sorted(index.summaries))]
             got = self._stamps[root] = digest("\1".join(parts).encode())[:20]
+        if any(q.startswith('["unused"') for q in questions):
+            other = self._stamps.get("\0unsummarised:" + root)
+            if other is None:
+                from perflint.cache import digest
+
+                texts = index.unsummarised_texts()
+                if texts is None:
+                    return None
+                marks = []
+                for f in texts:
+                    try:
+                        st = os.stat(f)
+                    except OSError:
+                        return None
+                    marks.append(f"{f}:{st.st_size}:{st.st_mtime_ns}")
+                other = self._stamps["\0unsummarised:" + root] = digest("\0".join(marks).encode())[:20]
+            got = got + other
         return got
 
     def digest(self, key: str, questions: list[str]) -> str:

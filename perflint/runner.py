@@ -187,7 +187,8 @@ def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: 
                 continue
         elif use_cache and key in fingerprints:
             cache = caches[fingerprints[key]]
-            hit = cache.get(os.path.abspath(key), shas[key], lambda q, key=key: proj.digest(key, q), proj.stamp(key))
+            hit = cache.get(os.path.abspath(key), shas[key], lambda q, key=key: proj.digest(key, q),
+                            lambda q, key=key: proj.stamp(key, q))
             # When fixing, only a file known to have no findings can be answered from
             # the cache: there is nothing to fix in it.
             if hit is not None and (not fix or not hit):

@@ -158,3 +158,26 @@ def test_a_run_on_one_file_gives_that_files_findings_of_the_folder_run(project: 
         m = re.search(r"\(runs once per step: called from ([\w./-]+:\d+)\)$", d["message"])
         assert (m.group(1) if m else None) == callers.get((rel, d["location"]["row"])), d["message"]
 
+
+
+def test_a_warm_run_sees_a_notebook_start_calling_a_function_nothing_ran(tmp_path, monkeypatch):
+    """p37's `layers/utils.train` is code nothing runs until a notebook calls it; notebooks are
+    no part of the cache's stamp, so the cached answer is asked again, not served."""
+    import shutil
+
+    proj = tmp_path / "p37"
+    shutil.copytree(PROJECTS_DIR / "p37_unused_helpers", proj)
+    monkeypatch.chdir(proj)
+    env = {"PERFLINT_CACHE_DIR": str(tmp_path / "cache")}
+
+    def rows_in_utils() -> list[int]:
+        r = run("check", ".", "--output-format", "json", env=env)
+        assert r.exit_code in (0, 1), r.output
+        return sorted(d["location"]["row"] for d in json.loads(r.stdout) if d["filename"].endswith("utils.py"))
+
+    assert rows_in_utils() == [36]
+    assert rows_in_utils() == [36]  # served from the cache
+    nb = json.loads((proj / "notebooks" / "sweep.ipynb").read_text())
+    nb["cells"][0]["source"] = ["from layers.utils import sweep, train\n", "sweep(net, data, dev)\n", "train(net, data, dev)\n"]
+    (proj / "notebooks" / "sweep.ipynb").write_text(json.dumps(nb))
+    assert rows_in_utils() == [22, 36]

@@ -366,7 +366,7 @@ class ProjectIndex:
         uses = self._import_uses().get(path)
         if uses is None or name in uses or "" in uses:
             return False
-        texts = self._unsummarised_texts()
+        texts = self.unsummarised_texts()
         if texts is None:
             return False  # more files than a project is read for: unsure
         word = re.compile(r"(?<!\w)" + re.escape(name) + r"(?!\w|\.py\b)")  # `train.py` is a file
@@ -403,7 +403,9 @@ class ProjectIndex:
             self._memo["import_uses"] = got
         return got
 
-    def _unsummarised_texts(self) -> list[str] | None:
+    def unsummarised_texts(self) -> list[str] | None:
+        """What `never_used` reads besides the summaries: the Python files with no summary,
+        the notebooks and the entry-point files (None past `MAX_PROJECT_FILES`)."""
         if "unsummarised" not in self._memo:
             got: list[str] | None = sorted(self.all_files - set(self.summaries))
             got += [os.path.join(self.root, n) for n in ("setup.py", "setup.cfg", "pyproject.toml")  # type: ignore[operator]
