@@ -130,3 +130,18 @@ def test_fixing_the_fixtures_in_fewer_passes_writes_what_one_pass_per_fix_writes
     one_by_one, applied_one_by_one, more_passes = _fix(text, monkeypatch, compose=False)
     assert (fixed, applied) == (one_by_one, applied_one_by_one)
     assert passes <= more_passes
+
+
+def test_the_benchmark_counts_the_analyses_of_each_file(tmp_path):
+    """`benchmarks/fix_passes.py` (the README's pass counts): a script whose overlapping
+    fixes commute takes one pass and the pass that finds nothing left; a file with nothing to
+    fix, one analysis."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fix_passes", ROOT / "benchmarks" / "fix_passes.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    (tmp_path / "train.py").write_text(LOADER_AND_STEP)
+    (tmp_path / "plain.py").write_text("import torch\n\nx = torch.ones(3)\nprint(x.sum())\n")
+    assert bench.count(str(tmp_path), "ALL", True) == {2: 1, 1: 1}
+    assert (tmp_path / "train.py").read_text() == LOADER_AND_STEP  # `--diff` writes nothing
