@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -476,19 +477,22 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
 # its own summary is the whole project, and the first pass is always the last.
 FIRST_PASS_ALONE_CHARS = 200_000
 _TOP_DEF = re.compile(r"^(?:async[ \t]+def|def|class)[ \t]+(\w+)", re.M)
+_CALLED_WORD = re.compile(r"\b(\w+)\s*\(")
+_HEADER = re.compile(r"^[ \t]*(?:async[ \t]+def|def|class)[ \t]+(\w+)\s*\(", re.M)
 
 
 def _calls_its_own_functions(text: str) -> bool:
     """Whether some top-level function or class of the file is called (or named with a call
     after it) anywhere but its own header: then the project's questions about its callers
-    have answers in the file itself, and the first pass answers them from its summary."""
-    for name in set(_TOP_DEF.findall(text)):
-        n = re.escape(name)
-        uses = len(re.findall(r"\b" + n + r"\s*\(", text))
-        headers = len(re.findall(r"^[ \t]*(?:async[ \t]+def|def|class)[ \t]+" + n + r"\s*\(", text, re.M))
-        if uses > headers:
-            return True
-    return False
+    have answers in the file itself, and the first pass answers them from its summary.
+    (One scan of the text for every name, not one per top-level name: a long file has
+    thousands of them.)"""
+    names = set(_TOP_DEF.findall(text))
+    if not names:
+        return False
+    uses = Counter(w for w in _CALLED_WORD.findall(text) if w in names)
+    headers = Counter(w for w in _HEADER.findall(text) if w in names)
+    return any(uses[n] > headers[n] for n in names)
 
 
 def _first_pass(result: FileResult, src: Source, rules, options: LintOptions, project) -> FileResult:

@@ -95,3 +95,36 @@ def test_a_script_alone_in_its_project_is_analysed_once(tmp_path, monkeypatch):
     calls.clear()
     assert _findings(Path("train.py")) == alone
     assert len([n for n in calls if n]) == 2
+
+
+@pytest.mark.parametrize("text, calls", [
+    ("def f(x):\n    return x\n\ndef g():\n    return f (1)\n", True),  # `f (1)`: a call
+    ("def f(x):\n    return x\n\ndef g():\n    return ff(1) + self.f\n", False),  # another name; no call
+    ("class Net(Base):\n    pass\n\nnet = Net(\n)\n", True),  # a class called over two lines
+    ("class Net(Base):\n    pass\n", False),  # only its own header
+    ("async def step(b):\n    pass\n\ndef g():\n    return obj.step(1)\n", True),  # spelled like a method call
+    ("def f(x):\n    return x\n\nf2(1)\nx1f(2)\n", False),  # the name inside longer words
+    ("x = 1\n", False),
+])
+def test_which_texts_call_their_own_functions(text, calls):
+    assert engine._calls_its_own_functions(text) is calls
+
+
+def test_a_long_file_calling_none_of_its_functions_is_scanned_once(monkeypatch):
+    """One scan of the text for all names: 3,000 top-level functions once took 15 s (a scan
+    per name). Counted as the scans made, not as time."""
+    text = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(3000))
+    scans = []
+
+    class Counting:
+        def __init__(self, pattern):
+            self.pattern = pattern
+
+        def findall(self, s):
+            scans.append(self.pattern.pattern)
+            return self.pattern.findall(s)
+
+    for name in ("_TOP_DEF", "_CALLED_WORD", "_HEADER"):
+        monkeypatch.setattr(engine, name, Counting(getattr(engine, name)))
+    assert engine._calls_its_own_functions(text) is False
+    assert len(scans) == 3
