@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import perflint.engine as engine
 from cli_support import AMP, run, write
@@ -107,3 +109,56 @@ def test_rule_reference_has_every_rule_and_is_up_to_date():
     for code in all_rules():
         anchor = docs_url(code).rsplit("#", 1)[1]
         assert f'<section id="{anchor}">' in html
+
+
+def _apply_edits(text: str, edits) -> str:
+    out, at = [], 0
+    for s, e, content in edits:
+        assert s >= at  # in order, not overlapping
+        out.append(text[at:s] + content)
+        at = e
+    return "".join(out) + text[at:]
+
+
+def _body(n: int, indent: str) -> str:
+    return "".join(f"{indent}a{i} = helper(model(x.cuda()))\n" for i in range(n))
+
+
+def test_a_long_body_re_indented_is_diffed_line_by_line(monkeypatch):
+    """A loop body of 1,000 lines wrapped in a new block: too many token pairs for the token
+    matcher (it took minutes), so lines are paired first; the edits are the new indentation."""
+    from perflint import fixedits
+
+    old = _body(1000, " " * 8)
+    new = " " * 8 + "with torch.autocast(\"cuda\"):\n" + _body(1000, " " * 12)
+    token_runs = []
+    real = fixedits._token_edits
+    monkeypatch.setattr(fixedits, "_token_edits", lambda a, b, s: token_runs.append(len(a) * len(b)) or real(a, b, s))
+    edits = fixedits.minimal_edits(old, new, 0)
+    assert _apply_edits(old, edits) == new
+    assert max(token_runs) <= fixedits.TOKEN_PAIRS_LIMIT
+    assert len(edits) == 1001 and all(c.strip() in ("", 'with torch.autocast("cuda"):') for _, _, c in edits)
+
+
+def test_below_the_limit_the_line_path_is_not_taken(monkeypatch):
+    from perflint import fixedits
+
+    monkeypatch.setattr(fixedits, "_edits_by_line", None)  # would raise if called
+    old, new = _body(20, " " * 8), " " * 8 + "with a:\n" + _body(20, " " * 12)
+    assert _apply_edits(old, fixedits.minimal_edits(old, new, 0)) == new
+
+
+_LINES = st.lists(st.sampled_from(["x = f(y)\n", "    x = f(y)\n", "\n", "if a:\r\n", "  z += 1\r", "# c\n", "w"]),
+                  max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_LINES, _LINES, st.integers(0, 3))
+def test_edits_turn_the_old_text_into_the_new_on_both_paths(a, b, start):
+    """Whichever path finds them, the edits applied to the old text give the new one."""
+    from perflint import fixedits
+
+    old, new = "".join(a), "".join(b)
+    for edits in (fixedits.minimal_edits(old, new, start), fixedits._edits_by_line(old, new, start)):
+        shifted = [(s - start, e - start, c) for s, e, c in edits]
+        assert _apply_edits(old, shifted) == new

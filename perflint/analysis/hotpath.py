@@ -82,11 +82,18 @@ class HotPath(Component):
         if info is None:
             return None
         region = info.node
+        memo = self.__dict__.setdefault("_region_memo", {})  # one answer per loop: a loop of n findings
+        if (region, info.kind) not in memo:
+            memo[region, info.kind] = self._region_evidence(region, info.kind)
+        head = memo[region, info.kind]
+        return None if head is None else head + self._inner_context(node, region)
+
+    def _region_evidence(self, region: cst.CSTNode, kind: str) -> list[WhyStep] | None:
         if self.once_only(region) or self.checks_parity(region) or self.optimizes_inputs(region) \
                 or self.test_code:
             return None
         steps: list[WhyStep] = []
-        if info.kind == "eval":
+        if kind == "eval":
             if self.over_one_batch(region):
                 return None
             during = self.during_training(region)
@@ -94,10 +101,9 @@ class HotPath(Component):
                 return None
             steps += during
         if isinstance(region, (cst.For, cst.While)):
-            steps += self._loop_evidence(region, info.kind)
+            steps += self._loop_evidence(region, kind)
         else:
-            steps += self._step_function_evidence(region, info.kind)
-        steps += self._inner_context(node, region)
+            steps += self._step_function_evidence(region, kind)
         return steps
 
     @cached_property

@@ -262,18 +262,36 @@ class Throttles(Component):
         for parent in self.tree.ancestors(node):
             if parent is container:
                 return None
-            if isinstance(parent, (cst.IndentedBlock, cst.Module)) and cur in parent.body:
-                body = list(parent.body)
-                for i, st in enumerate(body):
-                    if st is cur:
-                        break
-                    if isinstance(st, cst.If) and st.orelse is None and _skips(st.body) and self._mostly(st.test) \
-                            and not self._steps_after(body[i + 1:]):
-                        return st
+            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+                guard = self._first_guard_before(parent, cur)
+                if guard is not None:
+                    return guard
             if isinstance(parent, (cst.Lambda, cst.ClassDef)):
                 return None
             cur = parent
         return None
+
+    def _first_guard_before(self, block: cst.CSTNode, stmt: cst.CSTNode) -> cst.If | None:
+        """The first throttle guard of `block` before its statement `stmt`. Each block's
+        statements are tested once, in order, as far as the questions have reached (a loop of
+        n statements asked about each of them was n² tests)."""
+        memo = self.__dict__.setdefault("_guards_memo", {})
+        state = memo.get(block)
+        if state is None:
+            body = list(block.body)
+            state = memo[block] = [body, {st: i for i, st in enumerate(body)}, 0, None]
+        body, index, tested, guard = state
+        at = index.get(stmt)
+        if at is None:
+            return None
+        while guard is None and tested < at:
+            st = body[tested]
+            if isinstance(st, cst.If) and st.orelse is None and _skips(st.body) and self._mostly(st.test) \
+                    and not self._steps_after(body[tested + 1:]):
+                guard = state[3] = tested
+            tested += 1
+        state[2] = tested
+        return body[guard] if guard is not None and guard < at else None
 
     def _is_step_call_or_after(self, node: cst.CSTNode, branch: cst.If) -> bool:
         """`node` is the optimizer's bookkeeping (`zero_grad`, `unscale_`) in a throttled branch

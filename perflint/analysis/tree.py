@@ -206,12 +206,29 @@ class Tree(Component):
         return scope
 
     def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
-        for a in self.ancestors(node):
-            if isinstance(a, cst.FunctionDef):
-                return a
-            if isinstance(a, (cst.ClassDef, cst.Lambda)):
-                return None
-        return None
+        """The innermost function holding `node` (not `node` itself; None past a class or a
+        lambda). Memoised along the way up, as `scope_of` (an `elif` chain of n arms is n
+        levels deep: asking of each of its nodes was n² steps)."""
+        memo = self.__dict__.setdefault("_enclosing_function_memo", {})
+        if node in memo:
+            return memo[node]
+        passed = [node]
+        found = None
+        p = self.parents.get(node)
+        while p is not None:
+            if isinstance(p, cst.FunctionDef):
+                found = p
+                break
+            if isinstance(p, (cst.ClassDef, cst.Lambda)):
+                break
+            if p in memo:
+                found = memo[p]
+                break
+            passed.append(p)
+            p = self.parents.get(p)
+        for n in passed:
+            memo[n] = found
+        return found
 
     def enclosing_class(self, node: cst.CSTNode) -> cst.ClassDef | None:
         for a in self.ancestors(node):
@@ -358,6 +375,36 @@ class Tree(Component):
     def calls_within(self, container: cst.CSTNode) -> list[cst.Call]:
         """Every call under `container`, nested defs included, in source order."""
         return [c for c in self.nodes_within(container, cst.Call) if c is not container]  # type: ignore[misc]
+
+    def calls_in_window(self, region: cst.CSTNode, after: int, node: cst.CSTNode) -> list[cst.Call]:
+        """The calls of `region`, in source order, after position `after` and no later than
+        the end of `node`'s subtree (all of `region`'s calls when positions cannot bound
+        them), found by bisection: scanning every call of a loop for each pair of its waits
+        was quadratic."""
+        memo = self.__dict__.setdefault("_region_calls_memo", {})
+        got = memo.get(region)
+        if got is None:
+            calls = self.calls_within(region)
+            orders = [self.order.get(c, 0) for c in calls]
+            got = memo[region] = (calls, orders if all(a < b for a, b in zip(orders, orders[1:])) else None)
+        calls, orders = got
+        rng = self._range(node)
+        if orders is None or rng is None:
+            return calls
+        return calls[bisect_right(orders, after):bisect_right(orders, rng[1])]
+
+    def inside_another(self, nodes: list) -> set:
+        """Those of `nodes` (in source order) that lie inside another of them; with positions
+        in one pass: a node is inside an earlier one exactly when an earlier subtree reaches it."""
+        ranges = [self._range(n) for n in nodes]
+        if any(r is None for r in ranges) or any(a[0] >= b[0] for a, b in zip(ranges, ranges[1:])):  # type: ignore[index]
+            return {n for n in nodes if any(m is not n and self.is_inside(n, m) for m in nodes)}
+        out, reach = set(), -1
+        for n, (start, end) in zip(nodes, ranges):  # type: ignore[misc]
+            if reach >= start:
+                out.add(n)
+            reach = max(reach, end)
+        return out
 
     def receiver_text(self, expr: cst.BaseExpression | None) -> str | None:
         """`self.scaler` → "self.scaler"; used to match the same object across calls."""

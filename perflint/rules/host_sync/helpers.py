@@ -302,7 +302,9 @@ def _sync_points(facts: Facts, region: cst.CSTNode) -> list[cst.CSTNode]:
                 points.append(node)
     points.sort(key=lambda n: facts.tree.order.get(n, 0))
     # `to_cpu(loss).item()`: a helper that reads inside a read is that read, not another one
-    points = [p for p in points if p not in waits_inside or not any(q is not p and facts.tree.is_inside(p, q) for q in points)]
+    if waits_inside:
+        inner = facts.tree.inside_another(points)
+        points = [p for p in points if p not in waits_inside or p not in inner]
     memo[region] = points
     return points
 
@@ -620,7 +622,7 @@ def _gpu_work_between(facts: Facts, region: cst.CSTNode, prev: cst.CSTNode, node
     lo = facts.tree.order.get(prev, 0)
     end = (facts.tree._range(prev) or (lo, lo))[1]
     hi = facts.tree.order.get(node, 0)
-    for c in facts.tree.calls_within(region):
+    for c in facts.tree.calls_in_window(region, min(end, hi - 1), node):
         o = facts.tree.order.get(c, 0)
         if c is node or not (end < o < hi or facts.tree.is_inside(c, node)):
             continue  # (what `node` itself computes before reading counts too: `model(x).cpu()`)
