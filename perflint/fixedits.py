@@ -292,14 +292,39 @@ def compose(module: cst.Module, text: str, plans: list, chosen: list, chosen_tex
     if apply_edits(text, taken) != chosen_text:
         return None
     extra = []
+    spans = _Spans(taken)
     for p in deferred:
         mine = by_plan.get(id(p)) or []
-        if not mine or any(_clash((s, e), (s2, e2)) for s, e, _ in mine for s2, e2, _ in taken) \
-                or not joinable(p, extra):
+        if not mine or any(spans.clashes((s, e)) for s, e, _ in mine) or not joinable(p, extra):
             return None
         extra.append(p)
         taken.extend(mine)
+        spans.add(mine)
     return extra, apply_edits(text, taken)
+
+
+class _Spans:
+    """Edit ranges filed by the 256-character blocks they touch: whether a range clashes
+    (`_clash`) with any of them looks only at ranges sharing a block with it (every pair
+    that clashes shares a character, or an insertion point inside the other's range), not
+    at all of them (a pass of n plans was n² comparisons)."""
+
+    BLOCK = 256
+
+    def __init__(self, edits) -> None:
+        self.blocks: dict[int, list] = {}
+        self.add(edits)
+
+    def _span(self, s: int, e: int) -> range:
+        return range(s // self.BLOCK, (max(e, s + 1) - 1) // self.BLOCK + 1)
+
+    def add(self, edits) -> None:
+        for s, e, _ in edits:
+            for b in self._span(s, e):
+                self.blocks.setdefault(b, []).append((s, e))
+
+    def clashes(self, span: tuple[int, int]) -> bool:
+        return any(_clash(span, t) for b in self._span(*span) for t in self.blocks.get(b, ()))
 
 
 def take_commuting(analysis, text: str, plans: list, codes: list, chosen: list, chosen_text: str, apply):
@@ -335,8 +360,11 @@ def take_commuting(analysis, text: str, plans: list, codes: list, chosen: list, 
     def joinable(plan, taken) -> bool:
         mine = commutes.get(code_of[id(plan)], frozenset())
         got = ids.get(id(taken))
-        if got is None or got[0] != len(taken):
+        if got is None or got[0] > len(taken):
             got = ids[id(taken)] = (len(taken), {id(t) for t in taken})
+        elif got[0] < len(taken):  # the list grew (plans are only appended): add the new ones
+            got[1].update(id(t) for t in taken[got[0]:])
+            got = ids[id(taken)] = (len(taken), got[1])
         return all(code_of[id(t)] in mine for t in overlapping(plan) if id(t) in got[1])
 
     return compose(analysis.module, text, plans, chosen, chosen_text, apply, joinable)

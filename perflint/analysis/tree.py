@@ -258,9 +258,15 @@ class Tree(Component):
         (an order from `self.order`, e.g. that of the assignment target that binds it); not
         an attribute's name (`torch.utils.data.DataLoader`) nor a keyword (`f(loader=...)`),
         which read no variable."""
+        memo = self.__dict__.setdefault("_names_by_scope", {})
+        by_value = memo.get(scope)
+        if by_value is None:  # one index per scope: a question per name of a long loop was n²
+            by_value = memo[scope] = {}
+            for n in self.nodes_within(scope, cst.Name):  # type: ignore[misc]
+                by_value.setdefault(n.value, []).append(n)
         out = []
-        for n in self.nodes_within(scope, cst.Name):  # type: ignore[misc]
-            if n.value != name or self.order.get(n, -1) <= after:
+        for n in by_value.get(name, ()):
+            if self.order.get(n, -1) <= after:
                 continue
             parent = self.parents.get(n)
             if isinstance(parent, cst.Attribute) and parent.attr is n:
