@@ -162,3 +162,17 @@ def test_edits_turn_the_old_text_into_the_new_on_both_paths(a, b, start):
     for edits in (fixedits.minimal_edits(old, new, start), fixedits._edits_by_line(old, new, start)):
         shifted = [(s - start, e - start, c) for s, e, c in edits]
         assert _apply_edits(old, shifted) == new
+
+
+_SPAN = st.tuples(st.integers(0, 1200), st.integers(0, 600)).map(lambda t: (t[0], t[0] + t[1] * (t[1] % 3 != 0)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_SPAN, max_size=25), st.lists(_SPAN, min_size=1, max_size=10))
+def test_spans_find_exactly_the_clashes_every_pair_would(taken, queries):
+    """`compose` files the taken edits by block; the answer is the all-pairs one."""
+    from perflint import fixedits
+
+    spans = fixedits._Spans([(s, e, "") for s, e in taken])
+    for q in queries:
+        assert spans.clashes(q) == any(fixedits._clash(q, t) for t in taken)
