@@ -532,7 +532,7 @@ def _show_settings(paths, resolver) -> None:
             f"  per-file-ignores here: {', '.join(sorted(ignored_for_path(s, rel))) or 'none'}",
             f"  unsafe fixes: {'yes' if s.unsafe_fixes else 'no'}",
             f"  fixable: {'all' if fixable is None else ', '.join(sorted(fixable)) or 'none'}",
-            f"  test file rules only (errors): {'yes' if is_test_file(probe) and not s.lint_tests else 'no'}",
+            f"  test file rules only (errors): {'yes' if is_test_file(probe, root=s.root) and not s.lint_tests else 'no'}",
         ]
         click.echo("\n".join(lines))
     sys.exit(status)

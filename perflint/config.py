@@ -436,7 +436,10 @@ _DOC_FILES = ("README.md", "README.rst", "README.txt", "README", "INSTALL.md", "
 _DOC_BOUNDS = (
     re.compile(r"^\s*FROM\s+(?:docker\.io/)?pytorch/pytorch:v?(\d+)\.(\d+)", re.M | re.I),
     re.compile(r"\b(?:pip3?|conda|mamba)\s+install\b[^\n]*?[\s\"'](?:py)?torch\s*(?:==|>=|=|~=)\s*v?(\d+)\.(\d+)"),
-    re.compile(r"\b(?:py)?torch\s*\(?\s*(?:version\s*)?(?:>=|≥|=>)\s*v?(\d+)\.(\d+)", re.I),  # "PyTorch (>= 0.4.1)"
+    # "PyTorch (>= 0.4.1)", "[PyTorch](https://pytorch.org/) >= 1.9.0"
+    re.compile(r"\b(?:py)?torch(?:\]\([^)\s]*\))?\s*\(?\s*(?:version\s*)?(?:>=|≥|=>)\s*v?(\d+)\.(\d+)", re.I),
+    # An environment listed on one line: "Python 3.6.5, PyTorch 1.1.0, Numpy 1.16.3".
+    re.compile(r"(?:^|[,;])[ \t]*(?:py)?torch[ \t]*v?(\d+)\.(\d+)(?:\.\d+)*[ \t]*(?=[,;]|$)", re.I | re.M),
     re.compile(r"\bpytorch\s*v?(\d+)\.(\d+)(?:\.\d+)?\s*(?:\+|or\s+(?:later|higher|newer|above|greater)"
                r"|and\s+(?:later|above|higher|newer))", re.I),
     # A requirements list item ("* PyTorch 2.0", "- pytorch: 1.7.1", "1. PyTorch 1.8") and
@@ -453,9 +456,12 @@ def _docs_bound(project_dir: Path) -> tuple[tuple[int, int], Path] | None:
     best = None
     names = list(_DOC_FILES)
     try:
-        names += sorted(p.name for p in project_dir.glob("Dockerfile.*"))
+        present = {p.name.lower(): p.name for p in project_dir.iterdir()}
     except OSError:
-        pass
+        present = {}
+    # `readme.md`, `Readme.md`: the folder's own spelling of a top-level name.
+    names = [present.get(n.lower(), n) if "/" not in n else n for n in names]
+    names += sorted(v for k, v in present.items() if k.startswith("dockerfile."))
     for name in names:
         path = project_dir / name
         text = _read_text(path)[:200_000]
@@ -519,6 +525,9 @@ def _legacy_code(project_dir: Path) -> tuple[Path, str] | None:
     return (legacy, "code written for torch 0.3: `volatile=True` or `loss.data[0]`") if legacy is not None else None
 
 
+_ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+
+
 def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int] | None, str]:
     """The lower bound of a project's torch requirement: pyproject.toml, requirements files,
     setup.cfg / setup.py, a conda environment file, then requirements files one folder down
@@ -542,9 +551,8 @@ def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int]
         return conda[0], f"{conda[1]} torch requirement"
     # One folder down only at a project's root (a marker beside it): never from a folder
     # that merely holds several projects.
-    markers = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
     try:
-        at_root = any((project_dir / m).exists() for m in markers)
+        at_root = any((project_dir / m).exists() for m in _ROOT_MARKERS)
         subdirs = sorted(d for d in project_dir.iterdir() if d.is_dir() and not d.name.startswith(".")) \
             if at_root else []
     except OSError:
@@ -607,7 +615,7 @@ class Resolver:
             if hit is None:
                 try:
                     settings = self._explicit() if self.config_file is not None else self._discover(real)
-                    hit = self._apply_overrides(settings)
+                    hit = self._apply_overrides(self._folder_docs(real, settings))
                 except ConfigError as exc:
                     hit = exc
                 except OSError as exc:  # a folder above that cannot be searched
@@ -618,6 +626,29 @@ class Resolver:
         if isinstance(hit, ConfigError):
             raise hit
         return hit
+
+    def _folder_docs(self, directory: Path, s: Settings) -> Settings:
+        """A folder below the project's root whose own README or install notes name an older
+        torch than the project's (an `old/` version kept beside the current code, one task of
+        a repository of several): its files target that torch. Only ever lowers a target the
+        project's files gave, never a configured one."""
+        if self.config_file is not None or s.target_source.endswith("target-torch"):
+            return s
+        root = Path(s.root)
+        if not directory.is_relative_to(root):  # nothing named a torch: the nearest project root
+            root = next((d for d in directory.parents if any((d / m).exists() for m in _ROOT_MARKERS)), directory)
+        memo = self._cache.setdefault("__docs__", {})
+        cur = directory
+        while cur != root:
+            if cur not in memo:
+                memo[cur] = _docs_bound(cur)
+            if memo[cur] is not None:
+                bound, path = memo[cur]
+                if s.target_torch is None or bound < s.target_torch:
+                    return replace(s, target_torch=bound, target_source=f"{path} (the torch version it names)")
+                return s
+            cur = cur.parent
+        return s
 
     def _load(self, path: Path) -> dict:
         hit = self._toml.get(path)

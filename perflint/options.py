@@ -23,7 +23,7 @@ _TEST_FOLDERS = {"tests", "test", "testing"}
 
 def is_test_file(path: Path, source: bytes | None = None, root: str | None = None) -> bool:
     """A test module: named as pytest collects them (`test_*.py`, `*_test.py`) and looking
-    like one, or a conftest.py.
+    like one, a conftest.py, or any module in a `tests/` folder (the suite's helpers).
 
     The name alone is not enough (`train_test.py` is often a training script): the file must
     also sit in a `tests/` folder, import pytest or unittest, or define `test_*` functions
@@ -35,14 +35,19 @@ def is_test_file(path: Path, source: bytes | None = None, root: str | None = Non
     name = path.name
     if name == "conftest.py":
         return True
-    if not (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))):
+    if not name.endswith(".py"):
         return False
-    folder = path.parent
+    folder, below_root = path.parent, None
     if root is not None:
         try:
-            folder = path.absolute().parent.relative_to(Path(root).absolute())
+            folder = below_root = path.absolute().parent.relative_to(Path(root).absolute())
         except ValueError:
             pass
+    if not (name.startswith("test_") or name.endswith("_test.py")):
+        # A helper module of a test suite (`tests/utils.py`: fixtures, tiny fake loaders),
+        # in a `tests/` folder of the project (not one the project sits in); a singular
+        # `test/` folder often holds a project's evaluation scripts instead.
+        return below_root is not None and "tests" in below_root.parts
     if any(part in _TEST_FOLDERS for part in folder.parts):
         return True
     if source is None:

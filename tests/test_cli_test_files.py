@@ -48,12 +48,26 @@ for x in loader:
         ("train.py", "import pytest\n", False),
         ("testing_utils.py", "import pytest\n", False),
         ("latest.py", "", False),
+        # The helpers of a test suite (fixtures, fake loaders), but not a `test/` folder of
+        # evaluation scripts.
+        ("tests/methods/utils.py", BOTH, True),
+        ("tests/fixtures.py", "", True),
+        ("test/eval.py", BOTH, False),
+        ("testing/train.py", BOTH, False),
         ("test_data.ipynb", "", False),
     ],
 )
 def test_what_counts_as_a_test_file(tmp_path, name, content, is_test):
     write(tmp_path, {name: content})
-    assert is_test_file(tmp_path / name) is is_test
+    assert is_test_file(tmp_path / name, root=str(tmp_path)) is is_test
+
+
+def test_a_project_inside_a_tests_folder_is_not_test_code(tmp_path):
+    """Only the folders below the project's root count: a project kept in `~/tests/` is not."""
+    write(tmp_path, {"tests/proj/train.py": BOTH, "tests/proj/tests/helpers.py": BOTH})
+    root = str(tmp_path / "tests" / "proj")
+    assert not is_test_file(tmp_path / "tests/proj/train.py", root=root)
+    assert is_test_file(tmp_path / "tests/proj/tests/helpers.py", root=root)
 
 
 def test_a_training_script_named_like_a_test_gets_every_rule(tmp_path, monkeypatch):

@@ -66,6 +66,7 @@ def test_per_file_ignores(root):
         "pyproject.toml": """
             [tool.perflint]
             select = ["PF402", "PF101"]
+            lint-tests = true  # (tests/ holds test code: without this, only error rules there)
             [tool.perflint.per-file-ignores]
             "tests/*" = ["PF4"]
             "__init__.py" = ["PF101"]
@@ -263,6 +264,12 @@ def _pf402(root: Path, *args: str) -> bool:
         ({"README.md": "Update: this repository is compatible with PyTorch 0.4.1/1.0 now!\n"}, False),
         ({"README.md": "1. PyTorch 1.8\n2. torchvision\n"}, False),
         ({"README.md": "1. Python 3.8 (>= 3.6)\n2. numpy (>= 1.20)\n"}, True),
+        # The README spelled in lower case, a name behind a Markdown link, an environment
+        # listed on one line; a version in prose bounds nothing.
+        ({"readme.md": "```\npip install torch==1.4.0\n```\n"}, False),
+        ({"README.md": "* [PyTorch](https://pytorch.org/) >= 1.9.0\n"}, False),
+        ({"README.md": "Python 3.6.5, Pytorch 1.1.0, Numpy 1.16.3, argparse\n"}, False),
+        ({"README.md": "PyTorch 2.0 introduced torch.compile, which we use.\n"}, True),
         # A declared requirement wins over what the README says.
         ({"requirements.txt": "torch>=2.5\n", "README.md": "Install PyTorch 1.13 or later\n"}, True),
         # No lower bound anywhere: 2.4.
@@ -281,6 +288,20 @@ def test_target_torch_from_config_or_requirement_never_the_installed_torch(root,
         # Stop the search for a configuration here, without declaring anything.
         write(root, {"pyproject.toml": "[tool.perflint]\n"})
     assert _pf402(root) is fires
+
+
+def test_a_folder_whose_readme_names_an_older_torch_targets_it(root):
+    """`old/` kept beside the current code, with its own README: its files target the torch
+    it names; a folder naming a newer torch does not raise the project's target."""
+    write(root, {"pyproject.toml": '[tool.perflint]\n', "requirements.txt": "torch>=2.5\n", "a.py": AMP,
+                 "old/README.md": "Tested with PyTorch 1.3 or later.\n", "old/a.py": AMP, "old/deep/a.py": AMP,
+                 "new/README.md": "* PyTorch 2.6\n", "new/a.py": AMP})
+    got = {f for f, code in findings("--select", "PF402") if code == "PF402"}
+    assert got == {"a.py", "new/a.py"}
+    # A target the configuration sets is the user's word: no folder lowers it.
+    write(root, {"pyproject.toml": '[tool.perflint]\ntarget-torch = "2.5"\n'})
+    assert {f for f, code in findings("--select", "PF402") if code == "PF402"} == {"a.py", "new/a.py", "old/a.py",
+                                                                                    "old/deep/a.py"}
 
 
 def test_target_torch_flag_wins_over_everything(root):

@@ -19,6 +19,7 @@ from perflint.analysis import (
 from perflint.analysis.syntax import is_main_guard
 from perflint.analysis.vocab import _DTYPE_NAMES as DTYPES, Kind, SIZE_FACTORIES
 from perflint.rules.common import COMPREHENSIONS, param_for, runs_once, throttled_in_loop, trains_in
+from perflint.rules.data_loading.origins import bound_value, cuda_tensor_type
 
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
@@ -226,9 +227,10 @@ def host_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -
         return "cpu"
     if isinstance(expr, cst.Name):
         bs = facts.bindings.lookup(expr.value, expr)
-        if not bs or any(b.how != "expr" for b in bs):
+        values = [bound_value(b) for b in bs]
+        if not bs or any(v is None for v in values):
             return "unknown"
-        return _combine(host_origin(facts, b.node, depth + 1) for b in bs)
+        return _combine(host_origin(facts, v, depth + 1) for v in values)
     if isinstance(expr, cst.Attribute):
         if _is_dtype(facts, expr):
             return "cpu"
@@ -258,6 +260,8 @@ def host_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -
 
 def _call_origin(facts: Facts, call: cst.Call, depth: int) -> str:
     q = facts.tree.qualname(call.func) or ""
+    if cuda_tensor_type(facts, call.func):
+        return "device"
     dev = get_arg(call, "device")
     if q.startswith("torch.") and q.count(".") == 1:
         fn = q[len("torch."):]

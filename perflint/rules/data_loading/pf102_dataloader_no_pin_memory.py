@@ -113,7 +113,9 @@ class DataLoaderNoPinMemory(Rule):
     All torch versions; CUDA code only (the file calls `.cuda()`, names a `"cuda"` device or
     uses `torch.cuda`). Not reported when the `collate_fn` or the dataset already moves data
     to the device, or the dataset's tensors are created with a `device=` that may be a GPU
-    (`torch.randn(n, d, device=device)`): there is no host-to-device copy to speed up. Not
+    (`torch.randn(n, d, device=device)`) or by a CUDA tensor type (`torch.cuda.FloatTensor(x)`,
+    also through `T = torch.cuda.FloatTensor if cuda else torch.FloatTensor`): there is no
+    host-to-device copy to speed up. Not
     reported either for a loader read once or rarely (one batch, a final test after
     training, a sample every N steps, a function every caller of which in the project is
     code that does not train; see PF101), nor for the loader of one arm of an `if` on
