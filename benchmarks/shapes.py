@@ -5,7 +5,7 @@ unusual shape, at N and 2N units, with the growth of the time between them:
 
 A growth near 2.0 is linear; near 4.0 a pass is quadratic in that shape (each time is one cold
 `check --select ALL --no-cache --jobs 1` in a fresh process, interpreter start-up included, so
-small files show less than 2.0). `--against DIR` times DIR's perflint (a `git archive` of an
+small files show less than 2.0). `--limit S` stops a run after S seconds ("timeout"). `--against DIR` times DIR's perflint (a `git archive` of an
 older commit) on the same files. The shapes are the ones where a quadratic pass was found:
 
 * `rebind`: one name rebound on each of N lines of a training loop (a long body re-indented
@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+LIMIT = 300.0
 HEAD = "import torch\nimport torch.nn as nn\n\n\n"
 STEP_END = "        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n"
 
@@ -56,14 +57,25 @@ SHAPES = {
 }
 
 
-def _time(code_dir: Path, path: Path, fix: bool) -> float:
+def _time(code_dir: Path, path: Path, fix: bool, limit: float) -> float | None:
+    """Seconds of one run; None past `limit`."""
     cmd = [sys.executable, "-m", "perflint"]
     cmd += ["fix", str(path), "--unsafe-fixes", "--diff"] if fix else ["check", str(path), "--exit-zero"]
     cmd += ["--select", "ALL", "--no-cache", "--jobs", "1"]
     env = {**os.environ, "PYTHONPATH": str(code_dir)}
     start = time.perf_counter()
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    try:
+        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return None
     return time.perf_counter() - start
+
+
+def _cells(times: list, limit: float) -> list[str]:
+    small, large = times
+    shown = [f"{t:.2f}" if t is not None else "timeout" for t in times]
+    growth = f"{large / small:.2f}" if small and large else (f"> {limit / small:.1f}" if small else "?")
+    return shown + [growth]
 
 
 def main() -> None:
@@ -72,6 +84,7 @@ def main() -> None:
     ap.add_argument("--fix", action="store_true", help="time `fix --unsafe-fixes --diff` instead of `check`")
     ap.add_argument("--only", nargs="+", choices=sorted(SHAPES), help="these shapes only")
     ap.add_argument("--against", type=Path, metavar="DIR", help="also time the perflint package in DIR")
+    ap.add_argument("--limit", type=float, default=LIMIT, help="seconds after which a run is stopped")
     args = ap.parse_args()
     codes = [("this", ROOT)] + ([("against", args.against.resolve())] if args.against else [])
     head = "| shape | lines (N) | " + " | ".join(f"{k}: N s | {k}: 2N s | {k}: growth" for k, _ in codes) + " |"
@@ -83,7 +96,7 @@ def main() -> None:
         for name in args.only or list(SHAPES):
             cells, lines = [], 0
             for _, code in codes:
-                times = []
+                times: list = []
                 for n in (args.units, 2 * args.units):
                     folder = Path(tmp) / f"{name}_{n}"
                     folder.mkdir(exist_ok=True)
@@ -91,8 +104,8 @@ def main() -> None:
                     text = SHAPES[name](n)
                     path.write_text(text, encoding="utf-8")
                     lines = lines or text.count("\n")
-                    times.append(_time(code, path, args.fix))
-                cells += [f"{times[0]:.2f}", f"{times[1]:.2f}", f"{times[1] / times[0]:.2f}"]
+                    times.append(None if times and times[0] is None else _time(code, path, args.fix, args.limit))
+                cells += _cells(times, args.limit)
             print(f"| {name} | {lines} | " + " | ".join(cells) + " |", flush=True)
 
 
