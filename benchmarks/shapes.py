@@ -15,7 +15,9 @@ older commit) on the same files. The shapes are the ones where a quadratic pass 
 * `elif`: an `elif` chain of N arms (N levels deep: the enclosing function of each node);
 * `body`: N distinct reads in one loop; `chain`: N functions, each calling the previous;
   `methods`: a model with N layers and N methods; `attrs`: N `self.` tensors updated per step;
-  `defs`: N top-level functions that nothing calls (is the file calling its own functions?).
+  `defs`: N top-level functions that nothing calls (is the file calling its own functions?);
+  `blocks`: N `with torch.no_grad():` blocks in a loop (PF303 looked for the reads after each
+  block through the whole function).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ SHAPES = {
     + "".join(f"        self.a{i} = torch.zeros(3).cuda()\n" for i in range(n))
     + "\n    def step(self, loader):\n        for x in loader:\n" + "".join(f"            self.a{i} += x.sum()\n" for i in range(n)),
     "defs": lambda n: HEAD + "".join(f"def f{i}(x):\n    return torch.relu(x) + {i}\n\n\n" for i in range(n)),
+    "blocks": lambda n: _loop("".join(f"        with torch.no_grad():\n            v{i} = model(x)\n" for i in range(n))),
 }
 
 
@@ -65,7 +68,10 @@ def _time(code_dir: Path, path: Path, fix: bool, limit: float) -> float | None:
     env = {**os.environ, "PYTHONPATH": str(code_dir)}
     start = time.perf_counter()
     try:
-        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=limit)
+        # From the file's folder: `python -m` puts the working folder first on the path, and a
+        # checkout there would shadow `code_dir`.
+        subprocess.run(cmd, env=env, cwd=path.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       check=False, timeout=limit)
     except subprocess.TimeoutExpired:
         return None
     return time.perf_counter() - start

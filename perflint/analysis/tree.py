@@ -253,19 +253,25 @@ class Tree(Component):
                     return parent, i
         return None
 
+    def names_in(self, scope: cst.CSTNode, name: str) -> list[cst.Name]:
+        """Every `Name` node spelled `name` under `scope` (attributes' and keywords' names
+        included), in source order; one index per scope: a question per name of a long loop
+        scanning the whole scope was n²."""
+        memo = self.__dict__.setdefault("_names_by_scope", {})
+        by_value = memo.get(scope)
+        if by_value is None:
+            by_value = memo[scope] = {}
+            for n in self.nodes_within(scope, cst.Name):  # type: ignore[misc]
+                by_value.setdefault(n.value, []).append(n)
+        return by_value.get(name, [])
+
     def later_uses(self, name: str, scope: cst.CSTNode, after: int) -> list[cst.Name]:
         """Every `Name` node spelled `name` inside `scope` whose source order is past `after`
         (an order from `self.order`, e.g. that of the assignment target that binds it); not
         an attribute's name (`torch.utils.data.DataLoader`) nor a keyword (`f(loader=...)`),
         which read no variable."""
-        memo = self.__dict__.setdefault("_names_by_scope", {})
-        by_value = memo.get(scope)
-        if by_value is None:  # one index per scope: a question per name of a long loop was n²
-            by_value = memo[scope] = {}
-            for n in self.nodes_within(scope, cst.Name):  # type: ignore[misc]
-                by_value.setdefault(n.value, []).append(n)
         out = []
-        for n in by_value.get(name, ()):
+        for n in self.names_in(scope, name):
             if self.order.get(n, -1) <= after:
                 continue
             parent = self.parents.get(n)

@@ -181,9 +181,8 @@ class NoGradInEval(Rule):
         if assigned:
             scope = facts.tree.enclosing_function(container) or facts.module
             end = facts.tree.order.get(container, 0)
-            inside = set(iter_nodes(container))
-            for node in iter_nodes(scope):
-                if isinstance(node, cst.Name) and node.value in assigned and node not in inside:
+            for node in (n for name in sorted(assigned) for n in facts.tree.names_in(scope, name)):
+                if not facts.tree.is_inside(node, container):
                     if facts.tree.order.get(node, 0) > end:
                         if _rebinds(facts, node):
                             continue  # `_, a, _ = line.split()` binds `_` again: no read
