@@ -17,7 +17,8 @@ older commit) on the same files. The shapes are the ones where a quadratic pass 
   `methods`: a model with N layers and N methods; `attrs`: N `self.` tensors updated per step;
   `defs`: N top-level functions that nothing calls (is the file calling its own functions?);
   `blocks`: N `with torch.no_grad():` blocks in a loop (PF303 looked for the reads after each
-  block through the whole function).
+  block through the whole function); `steps`: N local functions each called once per step
+  (the loop's evidence was built again for each of them).
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ SHAPES = {
     + "\n    def step(self, loader):\n        for x in loader:\n" + "".join(f"            self.a{i} += x.sum()\n" for i in range(n)),
     "defs": lambda n: HEAD + "".join(f"def f{i}(x):\n    return torch.relu(x) + {i}\n\n\n" for i in range(n)),
     "blocks": lambda n: _loop("".join(f"        with torch.no_grad():\n            v{i} = model(x)\n" for i in range(n))),
+    "steps": lambda n: HEAD + "def train(model, loader, opt):\n" + "".join(
+        f"    def step{i}(x):\n        return model(x).sum().item()\n\n" for i in range(n))
+    + "    for x, y in loader:\n" + "".join(f"        step{i}(x.cuda())\n" for i in range(n)) + STEP_END,
 }
 
 

@@ -372,6 +372,12 @@ class HotPath(Component):
 
     # -- the loop ----------------------------------------------------------------------------
     def _loop_evidence(self, loop: cst.CSTNode, kind: str) -> list[WhyStep]:
+        memo = self.__dict__.setdefault("_loop_evidence_memo", {})  # asked per step function too
+        if (loop, kind) not in memo:
+            memo[loop, kind] = self._loop_evidence_once(loop, kind)
+        return list(memo[loop, kind])
+
+    def _loop_evidence_once(self, loop: cst.CSTNode, kind: str) -> list[WhyStep]:
         what = "a training loop" if kind == "train" else "an evaluation loop"
         steps = [WhyStep(loop, f"`{snippet(loop)}` is {what}")]
         calls = self.loops.direct_body_calls(loop)
