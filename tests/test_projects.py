@@ -161,8 +161,9 @@ def test_a_run_on_one_file_gives_that_files_findings_of_the_folder_run(project: 
 
 
 def test_a_warm_run_sees_a_notebook_start_calling_a_function_nothing_ran(tmp_path, monkeypatch):
-    """p37's `layers/utils.train` is code nothing runs until a notebook calls it; notebooks are
-    no part of the cache's stamp, so the cached answer is asked again, not served."""
+    """p37's `layers/utils.train` is code nothing runs until a notebook calls it: the entries
+    that asked this question are stamped with the notebooks' sizes and times, so an edited
+    notebook makes the next run ask again instead of serving the cached silence."""
     import shutil
 
     proj = tmp_path / "p37"
@@ -176,7 +177,7 @@ def test_a_warm_run_sees_a_notebook_start_calling_a_function_nothing_ran(tmp_pat
         return sorted(d["location"]["row"] for d in json.loads(r.stdout) if d["filename"].endswith("utils.py"))
 
     assert rows_in_utils() == [36]
-    assert rows_in_utils() == [36]  # served from the cache
+    assert rows_in_utils() == [36]  # a warm run, the same answer
     nb = json.loads((proj / "notebooks" / "sweep.ipynb").read_text())
     nb["cells"][0]["source"] = ["from layers.utils import sweep, train\n", "sweep(net, data, dev)\n", "train(net, data, dev)\n"]
     (proj / "notebooks" / "sweep.ipynb").write_text(json.dumps(nb))

@@ -20,6 +20,18 @@ class Binding:
     index: tuple[int, ...] = ()
     site: cst.CSTNode | None = None  # the statement that binds
 
+    def value(self) -> cst.BaseExpression | None:
+        """The expression this binding gives its name: the assigned one, or the element of
+        a tuple or list literal that a target tuple takes apart (`a, b = f(x), g(y)`);
+        None when not known (an unpacked call, a starred literal, a parameter, a loop)."""
+        if self.how == "expr":
+            return self.node  # type: ignore[return-value]
+        if self.how == "unpack" and len(self.index) == 1 and isinstance(self.node, (cst.Tuple, cst.List)):
+            els = self.node.elements
+            if self.index[0] < len(els) and not any(isinstance(e, cst.StarredElement) for e in els):
+                return els[self.index[0]].value
+        return None
+
 
 
 class Bindings(Component):

@@ -19,7 +19,7 @@ from perflint.analysis import (
 from perflint.analysis.syntax import is_main_guard
 from perflint.analysis.vocab import _DTYPE_NAMES as DTYPES, Kind, SIZE_FACTORIES
 from perflint.rules.common import COMPREHENSIONS, param_for, runs_once, throttled_in_loop, trains_in
-from perflint.rules.data_loading.origins import bound_value, cuda_tensor_type
+from perflint.rules.data_loading.origins import cuda_tensor_type
 
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
@@ -227,7 +227,7 @@ def host_origin(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -
         return "cpu"
     if isinstance(expr, cst.Name):
         bs = facts.bindings.lookup(expr.value, expr)
-        values = [bound_value(b) for b in bs]
+        values = [b.value() for b in bs]
         if not bs or any(v is None for v in values):
             return "unknown"
         return _combine(host_origin(facts, v, depth + 1) for v in values)

@@ -1,23 +1,11 @@
-"""Where a dataset's values come from, as far as the bindings of a name show: what a
-binding gives its name, and the CUDA tensor types (`torch.cuda.FloatTensor`)."""
+"""The CUDA tensor types (`torch.cuda.FloatTensor`): a dataset built from their calls holds
+GPU tensors when CUDA is there."""
 
 from __future__ import annotations
 
 import libcst as cst
 
 from perflint.analysis import Facts
-
-
-def bound_value(b) -> cst.BaseExpression | None:
-    """The value a binding gives its name: the assigned expression, or the element of a
-    tuple or list literal that a target tuple takes apart (`X, Y = f(X), f(Y)`)."""
-    if b.how == "expr":
-        return b.node
-    if b.how == "unpack" and len(b.index) == 1 and isinstance(b.node, (cst.Tuple, cst.List)):
-        els = b.node.elements
-        if b.index[0] < len(els) and not any(isinstance(e, cst.StarredElement) for e in els):
-            return els[b.index[0]].value
-    return None
 
 
 def cuda_tensor_type(facts: Facts, func: cst.BaseExpression, depth: int = 0) -> bool:

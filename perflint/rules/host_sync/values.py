@@ -233,12 +233,7 @@ def _list_goes_to_host(facts: Facts, name: cst.Name) -> bool:
     if not bindings:
         return False
     for b in bindings:
-        value = b.node
-        if b.how == "unpack" and isinstance(value, (cst.Tuple, cst.List)) and len(b.index) == 1 \
-                and b.index[0] < len(value.elements):
-            value = value.elements[b.index[0]].value  # `trues, preds = [], []`
-        elif b.how != "expr":
-            return False
+        value = b.value()  # (`trues, preds = [], []` too)
         if not (isinstance(value, cst.List) and not value.elements):
             return False
     for use in list(facts.tree.later_uses(name.value, fn, facts.tree.order.get(name, 0)))[:20]:
