@@ -14,6 +14,7 @@ from perflint.analysis.hotpath import HotPath
 from perflint.analysis.kinds import Kinds
 from perflint.analysis.loops import Loops
 from perflint.analysis.steps import Steps
+from perflint.analysis.syncs import Syncs
 from perflint.analysis.throttles import Throttles
 from perflint.analysis.tree import Tree
 from perflint.names import ImportTable
@@ -35,12 +36,13 @@ class Facts:
     * `throttles` — tests that keep code from running every iteration, branches no run takes;
     * `loops` — training and evaluation loops, per-step functions, what runs every iteration;
     * `grad` — code that runs with autograd off;
+    * `syncs` — functions and layers that wait for the GPU each time they run;
     * `hotpath` — the evidence that a node runs on every optimizer step.
     """
 
     COMPONENTS = (("tree", Tree), ("bindings", Bindings), ("cross", CrossModule), ("devices", Devices),
                   ("kinds", Kinds), ("steps", Steps), ("filewide", FileWide), ("throttles", Throttles),
-                  ("loops", Loops), ("grad", GradMode), ("hotpath", HotPath))
+                  ("loops", Loops), ("grad", GradMode), ("syncs", Syncs), ("hotpath", HotPath))
 
     def __init__(self, module: cst.Module, target_torch: tuple[int, int] = (2, 4), project=None,
                  tree: "Facts | None" = None) -> None:

@@ -33,8 +33,6 @@ from perflint.analysis.tree import iter_nodes
 from perflint.analysis.vocab import Kind
 
 _EMPTY = cst.Module(body=[])
-_SYNC_READS = {"item", "cpu", "numpy", "tolist"}
-_REDUCTIONS = {"min", "max", "any", "all", "isnan", "isinf", "isfinite", "equal", "allclose", "count_nonzero"}
 _CHECK_NAME = re.compile(r"^_*(check|verify|compare|assert)(_|$)|parity|equivalen|^_*(measure|benchmark|profile)|"
                          r"^_*time_|_time$|throughput", re.I)
 _CLOSENESS = {"torch.allclose", "torch.testing.assert_close", "torch.testing.assert_allclose", "numpy.allclose",
@@ -127,7 +125,7 @@ class HotPath(Component):
         fn = region if isinstance(region, cst.FunctionDef) else self.tree.enclosing_function(region)
         if fn is not None and fn.name.value == "validation_step":
             return [WhyStep(fn, "Lightning runs `validation_step` during `fit`")]
-        if self.trains and self.runs_instead_of_training(region):
+        if self.trains and (self.runs_instead_of_training(region) or self.after_training(region)):
             return None
         if self.trains:
             loop = next(iter(self.loops.training_loops()), None)
@@ -148,71 +146,6 @@ class HotPath(Component):
         if cls is not None and self.project.called_from_training(cls):
             return [WhyStep(top, f"`{cls}` is used by a module that trains")]
         return None
-
-    def function_syncs(self, fn: cst.FunctionDef) -> bool:
-        """`fn` waits for the GPU each time it runs: `.item()`, `.cpu()`, `.numpy()` or
-        `.tolist()` of a value not known to be on the host, or `torch.cuda.synchronize()`,
-        outside throttled branches and nested functions."""
-        memo = self.__dict__.setdefault("_function_syncs_memo", {})
-        if fn in memo:
-            return memo[fn]
-        memo[fn] = False
-        found = False
-        for call in self.tree.calls_within(fn):
-            if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
-                    and call.func.value.value == "self" and self.loops.runs_each_time(call, fn, nested_functions=False):
-                cls = self.tree.enclosing_class(fn)
-                method = next((m for m in self.tree.functions_by_name.get(call.func.attr.value, ())
-                               if self.tree.enclosing_class(m) is cls and m is not fn), None)
-                if method is not None and self.function_syncs(method):
-                    found = True  # `self.expand(x)`: a method of the same class that reads back
-                    break
-            if isinstance(call.func, cst.Attribute) and call_name(call) in _SYNC_READS and not call.args:
-                recv = call.func.value
-                ks = self.kinds.of(recv)
-                if (ks & {Kind.NUMBER, Kind.NUMPY, Kind.INT, Kind.CPU_TENSOR} and not ks & {Kind.TENSOR, Kind.DEVICE_TENSOR, Kind.LOSS, Kind.OUTPUT}) \
-                        or Kind.MODEL in ks or (Kind.BATCH in ks and Kind.DEVICE_TENSOR not in ks):
-                    continue
-            elif self.tree.qualname(call.func) != "torch.cuda.synchronize":
-                continue
-            if self.loops.runs_each_time(call, fn, nested_functions=False):
-                found = True
-                break
-        if not found:
-            # `if torch.min(y) < -1.:` — a branch on a tensor reduction reads it back
-            for cls in (cst.If, cst.While, cst.Assert):
-                for node in self.tree.nodes_within(fn, cls):
-                    if self.tree.enclosing_function(node) is fn and self._tensor_test(node.test) \
-                            and self.loops.runs_each_time(node, fn, nested_functions=False):
-                        found = True
-                        break
-                if found:
-                    break
-        memo[fn] = found
-        return found
-
-    def _tensor_test(self, test: cst.BaseExpression) -> bool:
-        for n in iter_nodes(test):
-            if isinstance(n, cst.Call):
-                q = self.tree.qualname(n.func) or ""
-                last = q.rsplit(".", 1)[-1] if q.startswith("torch.") else None
-                if last is None and isinstance(n.func, cst.Attribute) and not isinstance(n.func.value, cst.Name):
-                    last = n.func.attr.value  # `(x > 0).any()`, `y.abs().max()`
-                if last in _REDUCTIONS:
-                    return True
-        return False
-
-    def callee_syncs(self, call: cst.Call) -> bool:
-        """Calling `call` waits for the GPU inside: a function or a model class of the project
-        whose body (its `forward`) reads a value back each time."""
-        if self.project is None:
-            return False
-        ref = self.cross.project_ref(call.func)
-        if ref is None:
-            ref = self.cross.instance_class(call.func)  # `model(x)` on an instance of a project class
-        if ref is None or ref.startswith("#"):
-            return False
-        return self.project.call_syncs(ref)
 
     def optimizes_inputs(self, region: cst.CSTNode) -> bool:
         """Every optimizer the region steps was built over plain tensors, not a model's
@@ -248,6 +181,54 @@ class HotPath(Component):
                     if b.how == "expr" and isinstance(b.node, cst.Call) and call_name(b.node) == "next":
                         return True
         return False
+
+    def after_training(self, region: cst.CSTNode) -> bool:
+        """An evaluation loop that runs once per training run, after it: it sits in the
+        function (or module code) that trains over epochs — every training loop there is
+        inside an outer loop of its own (`for epoch ...: for batch in train_loader:`) or
+        counts the run's steps (`for step in range(max_steps)`) — after those loops, and in
+        no loop that holds a training loop (`if args.do_test:` after the epochs).  Each run
+        of that code trains to the end, then evaluates once."""
+        if not isinstance(region, (cst.For, cst.While)):
+            return False
+        scope = self.tree.enclosing_function(region)
+        mine = [loop for loop in self.loops.training_loops() if self.tree.enclosing_function(loop) is scope]
+        if not mine:
+            return False
+        held = {id(a) for a in self.tree.ancestors(region) if isinstance(a, (cst.For, cst.While))}
+        for loop in mine:
+            outer = None
+            for a in self.tree.ancestors(loop):
+                if a is scope or isinstance(a, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                    break
+                if isinstance(a, (cst.For, cst.While)):
+                    if id(a) in held:
+                        return False  # the evaluation shares a loop with the training
+                    outer = a
+            if outer is None and self._counts_all_steps(loop):
+                outer = loop  # `for step in range(max_steps)`: the whole run, one batch an iteration
+            if outer is None or self.tree.order.get(region, 0) <= (self.tree._range(outer) or (0, 1 << 62))[1]:
+                return False  # a single pass (the function may be one epoch), before or in the training
+        return True
+
+    def _counts_all_steps(self, loop: cst.CSTNode) -> bool:
+        """A training loop that counts the run's steps, not one epoch's: `for it in
+        range(max_iter)`, `for step in tqdm(range(num_train_steps))` (also through a name
+        bound once), `while global_step < max_steps`."""
+        if isinstance(loop, cst.While):
+            text = self.facts.module.code_for_node(loop.test)
+        else:
+            it = loop.iter
+            if isinstance(it, cst.Name):
+                bound = self.bindings.lookup(it.value, it)
+                if len(bound) != 1 or bound[0].how != "expr":
+                    return False
+                it = bound[0].node
+            if not any(isinstance(n, cst.Call) and call_name(n) == "range" for n in iter_nodes(it)):
+                return False
+            text = self.facts.module.code_for_node(it)
+        low = text.lower()
+        return ("step" in low or "iter" in low) and "epoch" not in low and "len(" not in low
 
     def runs_instead_of_training(self, region: cst.CSTNode) -> bool:
         """`region` is in a run mode of its own, which never runs while the model trains:

@@ -253,16 +253,26 @@ class ProjectIndex:
                     return found
         return None
 
-    def syncs(self, where: tuple[str, str]) -> bool:
+    def syncs(self, where: tuple[str, str], depth: int = 0) -> bool:
         """Calling `where` waits for the GPU: a function whose body does each time, or a
-        class whose `forward` (what calling an instance runs) does."""
+        class whose `forward` (what calling an instance runs) does, itself or through a
+        project layer it calls each time (`self.criterion(out, y)`)."""
         got = self.entry(where)
         if got is None:
             return False
         what, data = got
-        if what == "class":
-            return bool((data.get("methods") or {}).get("forward", {}).get("syncs"))
-        return bool(data.get("syncs"))
+        if what != "class":
+            return bool(data.get("syncs"))
+        forward = (data.get("methods") or {}).get("forward", {})
+        if forward.get("syncs"):
+            return True
+        if depth >= MAX_DEPTH:
+            return False
+        for ref in forward.get("layers", ()):
+            w = self.resolve(where[0], ref)
+            if w is not None and w[1] and w != where and self.syncs(w, depth + 1):
+                return True
+        return False
 
     def method_kinds(self, cls: tuple[str, str], method: str, depth: int = 0) -> frozenset[str]:
         """The kinds a method of a project class returns, the method looked up in the class

@@ -35,7 +35,7 @@ from perflint.analysis.syntax import NOT_LITERAL, argparse_dest, call_name, get_
 from perflint.analysis.vocab import Kind, DATALOADER, _OPTION_ROOTS, loads_model
 from perflint.names import ImportTable, dotted
 
-SUMMARY_VERSION = 8
+SUMMARY_VERSION = 9
 # Import roots that are never the project's own modules.
 LIBRARY_ROOTS = frozenset({
     "torch", "numpy", "np", "scipy", "torchvision", "torchaudio", "transformers", "accelerate", "timm", "os", "sys",
@@ -188,8 +188,12 @@ def _function_info(facts, fn: cst.FunctionDef) -> FunctionInfo:
     if facts.grad.is_grad_off_factory(fn):
         returns.add(Kind.GRAD_OFF_DECORATOR)
     info = {"returns": _strong(returns, RESULT_KINDS), "ret_calls": sorted(ret_calls), "sig": _signature(fn)}
-    if facts.hotpath.function_syncs(fn):
+    if facts.syncs.function_syncs(fn):
         info["syncs"] = True  # waits for the GPU each time it runs (`.item()`, `.cpu()`, ...)
+    elif fn.name.value == "forward":
+        layers = facts.syncs.forward_layers(fn)
+        if layers:
+            info["layers"] = layers  # project layers it calls each time: it waits if one of them does
     if loader_options is not None:
         info["loader"] = loader_options
     if facts.kinds.graph_collate(fn):

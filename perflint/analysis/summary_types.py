@@ -34,6 +34,7 @@ class FunctionInfo(TypedDict):
     static: NotRequired[bool]  # a staticmethod: a call's arguments fill the parameters from the first
     wrapped: NotRequired[bool]  # a method under a decorator that may change its call
     graph: NotRequired[bool]  # returns a DGL graph batch (or a tuple holding one)
+    layers: NotRequired[List[str]]  # a `forward`: project classes whose instances (`self.` attributes) it calls each time
 
 
 class ClassInfo(TypedDict):

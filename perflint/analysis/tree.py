@@ -56,7 +56,7 @@ _INDEXED = (
     cst.Call, cst.For, cst.While, cst.With, cst.If, cst.FunctionDef, cst.ClassDef,
     cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Import, cst.ImportFrom, cst.Lambda,
     cst.Return, cst.SimpleString, cst.Attribute, cst.Decorator, cst.Assert, cst.Yield,
-    cst.Del, cst.CompFor, cst.NamedExpr, cst.Name, cst.BinaryOperation,
+    cst.Del, cst.CompFor, cst.NamedExpr, cst.Name, cst.BinaryOperation, cst.Subscript,
 )
 
 # ----------------------------------------------------------------------------------------

@@ -392,7 +392,7 @@ def _callee_waits(facts: Facts, call: cst.Call, region: cst.CSTNode) -> bool:
     for fn in _local_callees(facts, call):
         if fn is not region and facts.loops.step_function_kind(fn) is not None and _sync_points(facts, fn):
             return True
-    return facts.hotpath.callee_syncs(call)
+    return facts.syncs.callee_syncs(call)
 
 
 def _local_callees(facts: Facts, call: cst.Call) -> list[cst.FunctionDef]:

@@ -10,7 +10,7 @@ from perflint.analysis import Facts, call_name, iter_nodes
 from perflint.rules.base import Rule, Violation
 from perflint.rules.common import param_for
 from perflint.rules.host_sync.values import gathered_size
-from perflint.rules.host_sync.waits import copy_waits_elsewhere
+from perflint.rules.host_sync.waits import copy_waits_elsewhere, forward_waits_elsewhere
 from perflint.rules.host_sync.helpers import (
     feeds_environment,
     item_sync,
@@ -277,6 +277,12 @@ class ItemInLoop(Rule):
     loop every iteration of which makes a blocking copy of host data that no rule reports
     (`tokenizer(texts, return_tensors="pt").to(device)`, `torch.from_numpy(a).cuda()`): from
     pageable memory that copy waits for the GPU anyway, and one more read adds next to nothing.
+    Nor in a loop that calls, on every iteration, a loss or layer (of the file or the project)
+    whose `forward` waits for the GPU each time it runs: branches on a tensor (`if loss[k] >
+    self.thresh:`), indexes with a boolean mask (`loss[loss > self.thresh]`, an online
+    hard-example loss), reads back or synchronizes, itself or in a layer it holds and calls
+    each time (`self.criterion(out, y)`). No rule reports a wait inside a forward, so the step
+    waits there whatever is fixed.
 
     Reported only with evidence that the read runs on every step (the finding's `why`,
     shown by `perflint check --show-why`, in JSON and on hover): the training loop and its
@@ -326,6 +332,8 @@ class ItemInLoop(Rule):
                 continue  # the iteration just waited for the GPU: this read costs nothing more
             if copy_waits_elsewhere(facts, ctx.node, call) is not None:
                 continue  # a blocking copy of host data waits on every iteration anyway
+            if forward_waits_elsewhere(facts, ctx.node, call) is not None:
+                continue  # a loss or layer called on every iteration waits inside its forward anyway
             where = "training" if ctx.kind == "train" else "evaluation"
             yield Violation(
                 call.func.attr,

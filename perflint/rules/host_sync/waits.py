@@ -28,6 +28,42 @@ def copy_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -
     return None
 
 
+def forward_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
+    """A call on every iteration of `region` of a layer or loss of the project whose `forward`
+    waits for the GPU each time it runs (`crit(out, y)` where the loss branches on a tensor or
+    indexes with a boolean mask: `loss[loss > self.thresh]`), outside `node`'s own wait.  No
+    rule reports a wait inside a forward, so the iteration waits there whatever is fixed, and
+    the host never runs ahead of the GPU by more than that: one more read back costs next to
+    nothing (as with `copy_waits_elsewhere`)."""
+    own = _group_of(facts, region).get(node, [node])
+    for call in facts.tree.calls_within(region):
+        if call in own or not isinstance(call.func, (cst.Name, cst.Attribute)):
+            continue
+        ctx = facts.loops.iteration_context(call)
+        if ctx is None or ctx.node is not region or not _forward_syncs(facts, call):
+            continue
+        if facts.tree.is_inside(call, node) or facts.tree.is_inside(node, call) or exclusive(facts, call, node):
+            continue
+        if _optional(facts, call, region) or not _every_iteration(facts, call, region):
+            continue
+        return call
+    return None
+
+
+def _forward_syncs(facts: Facts, call: cst.Call) -> bool:
+    """`call` calls an instance of a class (of this file or the project) whose `forward`
+    waits for the GPU each time it runs."""
+    ref = facts.cross.instance_class(call.func)
+    if ref is None:
+        return False
+    if ref.startswith("#"):
+        cls = facts.tree.classes_by_name.get(ref[1:])
+        forward = next((fn for fn in facts.tree.functions_by_name.get("forward", ())
+                        if cls is not None and facts.tree.enclosing_class(fn) is cls), None)
+        return forward is not None and facts.syncs.function_syncs(forward)
+    return facts.project is not None and facts.project.call_syncs(ref)
+
+
 def _every_iteration(facts: Facts, node: cst.CSTNode, region: cst.CSTNode) -> bool:
     """`node` runs once on every iteration of `region`: no `if`, inner loop or nested function
     between them."""
