@@ -750,6 +750,9 @@ def read_cheaply(facts: Facts, call: cst.Call) -> bool:
             return False
         target = parent.targets[0].target
         sites = read_sites(facts, target.value, scope, facts.tree.order.get(target, 0), 0)
+    if sites and all(s[0] == "for" and isinstance(s[1], (cst.For, cst.While)) and facts.hotpath.after_training(s[1])
+                     for s in sites):
+        return True  # read only in a pass after the whole training (`if args.do_test:`), once per run
     if sites is None or not runs_once(facts, scope):
         return False
     if not sites:

@@ -117,7 +117,9 @@ class DataLoaderNoPinMemory(Rule):
     also through `T = torch.cuda.FloatTensor if cuda else torch.FloatTensor`): there is no
     host-to-device copy to speed up. Not
     reported either for a loader read once or rarely (one batch, a final test after
-    training, a sample every N steps, a function every caller of which in the project is
+    training — also one written in the training function after its epoch or step loop, and
+    in no loop that holds training: `for split in ("dev", "test"):` after `for step in
+    range(max_steps):` —, a sample every N steps, a function every caller of which in the project is
     code that does not train; see PF101), nor for the loader of one arm of an `if` on
     the number of workers whose other arm pins (`if num_workers > 0: DataLoader(...,
     pin_memory=True) else: DataLoader(...)`: the author pins only where workers load), nor

@@ -180,7 +180,10 @@ class BlockingHostToDeviceCopy(Rule):
     Not for batches of a loader whose `collate_fn` or dataset already moves samples to the
     device (the copy is a no-op), nor of a name that every reaching assignment already copied
     to that device (`target = target.cuda()`, then `target_var = target.cuda()`: a no-op),
-    nor of a loader read once after training (a final test), nor in an evaluation function of
+    nor of a loader read once after training (a final test), nor in an evaluation loop that
+    runs once per run, after the training: in the function that trains, after its epoch or
+    step loop and in no loop that holds training (`if args.do_test: for split in files:` after
+    `for step in range(max_steps)`), nor in an evaluation function of
     a training file that is called only outside any loop, in code that runs once, and that no
     other file calls per step (`print(compute_accuracy(model, test_loader))` after training),
     nor in a loop every iteration of which also makes a blocking copy of host data that no rule
@@ -243,6 +246,8 @@ class BlockingHostToDeviceCopy(Rule):
                 continue  # `acc = evaluate(model, test_loader)` once, after (or before) the training loop
             if ctx.kind == "eval" and facts.hotpath.runs_instead_of_training(ctx.node):
                 continue  # `if not args.eval: train() else: test()`: no training step waits for it
+            if ctx.kind == "eval" and facts.hotpath.after_training(ctx.node):
+                continue  # `if args.do_test:` after the training loop: once per run, after training
             if _to_prepared_accelerator_device(facts, call):
                 continue
             if _copied_already(facts, recv, call, target):
