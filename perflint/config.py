@@ -432,14 +432,17 @@ def _cog_bound(project_dir: Path) -> tuple[tuple[int, int], Path] | None:
 # README's "PyTorch 1.13 or later" / "PyTorch >= 1.3".  The lowest such version is taken: a
 # safe fix must work on every torch the project says it runs on.
 _DOC_FILES = ("README.md", "README.rst", "README.txt", "README", "INSTALL.md", "docs/INSTALL.md",
+              "get_started.md", "docs/get_started.md", "GETTING_STARTED.md", "docs/GETTING_STARTED.md",
               "Dockerfile", "docker/Dockerfile")
 _DOC_BOUNDS = (
     re.compile(r"^\s*FROM\s+(?:docker\.io/)?pytorch/pytorch:v?(\d+)\.(\d+)", re.M | re.I),
     re.compile(r"\b(?:pip3?|conda|mamba)\s+install\b[^\n]*?[\s\"'](?:py)?torch\s*(?:==|>=|=|~=)\s*v?(\d+)\.(\d+)"),
     # "PyTorch (>= 0.4.1)", "[PyTorch](https://pytorch.org/) >= 1.9.0"
     re.compile(r"\b(?:py)?torch(?:\]\([^)\s]*\))?\s*\(?\s*(?:version\s*)?(?:>=|≥|=>)\s*v?(\d+)\.(\d+)", re.I),
-    # An environment listed on one line: "Python 3.6.5, PyTorch 1.1.0, Numpy 1.16.3".
-    re.compile(r"(?:^|[,;])[ \t]*(?:py)?torch[ \t]*v?(\d+)\.(\d+)(?:\.\d+)*[ \t]*(?=[,;]|$)", re.I | re.M),
+    # An environment listed on one line: "Python 3.6.5, PyTorch 1.1.0, Numpy 1.16.3", "with
+    # python version 3.6, PyTorch version 1.7.1, CUDA 11.0".
+    re.compile(r"(?:^|[,;])[ \t]*(?:py)?torch[ \t]*(?:version[ \t]*)?v?(\d+)\.(\d+)(?:\.\d+)*[ \t]*(?=[,;]|$)",
+               re.I | re.M),
     re.compile(r"\bpytorch\s*v?(\d+)\.(\d+)(?:\.\d+)?\s*(?:\+|or\s+(?:later|higher|newer|above|greater)"
                r"|and\s+(?:later|above|higher|newer))", re.I),
     # A requirements list item ("* PyTorch 2.0", "- pytorch: 1.7.1", "1. PyTorch 1.8") and

@@ -269,6 +269,12 @@ def _pf402(root: Path, *args: str) -> bool:
         ({"readme.md": "```\npip install torch==1.4.0\n```\n"}, False),
         ({"README.md": "* [PyTorch](https://pytorch.org/) >= 1.9.0\n"}, False),
         ({"README.md": "Python 3.6.5, Pytorch 1.1.0, Numpy 1.16.3, argparse\n"}, False),
+        ({"README.md": "Developed with python version 3.6, PyTorch version 1.7.1, CUDA 11.0 and torchvision.\n"},
+         False),
+        ({"README.md": "Python version 3.8, PyTorch version 2.5.1, CUDA 12.1.\n"}, True),
+        # Install notes kept as a getting-started page.
+        ({"get_started.md": "- Install `PyTorch>=1.8.0` and `torchvision>=0.9.0` with `CUDA>=10.2`\n"}, False),
+        ({"docs/GETTING_STARTED.md": "conda install pytorch==1.10.0 -c pytorch\n"}, False),
         ({"README.md": "PyTorch 2.0 introduced torch.compile, which we use.\n"}, True),
         # A declared requirement wins over what the README says.
         ({"requirements.txt": "torch>=2.5\n", "README.md": "Install PyTorch 1.13 or later\n"}, True),
