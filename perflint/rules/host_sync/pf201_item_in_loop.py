@@ -276,7 +276,11 @@ class ItemInLoop(Rule):
     ...)`, then `max(size_list)`): the host needs them to allocate the receive buffers. Nor in a
     loop every iteration of which makes a blocking copy of host data that no rule reports
     (`tokenizer(texts, return_tensors="pt").to(device)`, `torch.from_numpy(a).cuda()`): from
-    pageable memory that copy waits for the GPU anyway, and one more read adds next to nothing.
+    pageable memory that copy waits for the GPU anyway, and one more read adds next to nothing;
+    the same for a loop that fetches its batches from a loader Accelerate prepared (`for batch
+    in loader`, `next(self.dl)` through a `cycle()` generator), which copies each batch to the
+    device as it hands it out, blocking (its default `non_blocking=False`; not when the
+    `Accelerator` gets a `dataloader_config`).
     Nor in a loop that calls, on every iteration, a loss or layer (of the file or the project)
     whose `forward` waits for the GPU each time it runs: branches on a tensor (`if loss[k] >
     self.thresh:`), indexes with a boolean mask (`loss[loss > self.thresh]`, an online

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from perflint.analysis import Facts
+from perflint.analysis import Facts, call_name
+from perflint.analysis.vocab import Kind
 from perflint.rules.host_sync.helpers import _group_of, _optional, _unseen_reads, exclusive
 from perflint.rules.host_sync.values import blocking_host_copy
 
@@ -25,7 +26,108 @@ def copy_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -
         if _optional(facts, p, region) or not _every_iteration(facts, p, region):
             continue
         return p
+    return _prepared_fetch(facts, region, node)
+
+
+def _prepared_fetch(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
+    """The fetch of each iteration's batch from a loader that Accelerate prepared (`for batch
+    in loader`, `next(self.dl)` where `self.dl = cycle(accelerator.prepare(dl))`): with its
+    default `non_blocking=False`, Accelerate copies every batch to the device with a blocking
+    copy as it hands it out, which waits for all the work queued before it."""
+    if isinstance(region, cst.For) and _prepared_loader(facts, region.iter, 0):
+        return region.iter
+    for call in facts.tree.calls_within(region):
+        if call_name(call) != "next" or not isinstance(call.func, cst.Name) or not call.args:
+            continue
+        if facts.tree.is_inside(call, node) or facts.tree.is_inside(node, call) or exclusive(facts, call, node):
+            continue
+        ctx = facts.loops.iteration_context(call)
+        if ctx is None or ctx.node is not region or _optional(facts, call, region) \
+                or not _every_iteration(facts, call, region):
+            continue
+        if _prepared_loader(facts, call.args[0].value, 0):
+            return call
     return None
+
+
+def _prepared_loader(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool:
+    """`expr` yields the batches of a DataLoader that an Accelerator which copies them itself,
+    blocking, prepared: directly, through `iter`/`enumerate`/`tqdm`, through a generator of
+    this file that loops over its argument (`def cycle(dl): while True: for d in dl: yield
+    d`), or through names and `self.` attributes bound once to one of those."""
+    if depth > 3:
+        return False
+    while isinstance(expr, cst.Call) and call_name(expr) in ("iter", "enumerate", "tqdm") and expr.args:
+        expr = expr.args[0].value
+    if isinstance(expr, cst.Call):
+        f = expr.func
+        if isinstance(f, cst.Attribute) and f.attr.value in ("prepare", "prepare_data_loader"):
+            args = [a for a in expr.args if a.keyword is None and not a.star]
+            return len(args) == 1 and facts.kinds.has_kind(args[0].value, Kind.DATALOADER) \
+                and _blocking_accelerator(facts, f.value)
+        if isinstance(f, cst.Name) and expr.args and _loops_over_argument(facts, f.value):
+            return _prepared_loader(facts, expr.args[0].value, depth + 1)
+        return False
+    if isinstance(expr, cst.Name):
+        bindings = facts.bindings.lookup(expr.value, expr)
+    elif isinstance(expr, cst.Attribute):
+        bindings = facts.bindings.self_attr_bindings(expr)
+    else:
+        return False
+    if not bindings:
+        return False
+    for b in bindings:
+        if b.how == "expr":
+            if not _prepared_loader(facts, b.node, depth + 1):
+                return False
+        elif b.how == "unpack" and len(b.index) == 1 and isinstance(b.node, cst.Call) \
+                and isinstance(b.node.func, cst.Attribute) and b.node.func.attr.value == "prepare":
+            # `model, opt, loader = accelerator.prepare(model, opt, loader)`
+            args = [a for a in b.node.args if a.keyword is None and not a.star]
+            if b.index[0] >= len(args) or len(args) != len(b.node.args) \
+                    or not facts.kinds.has_kind(args[b.index[0]].value, Kind.DATALOADER) \
+                    or not _blocking_accelerator(facts, b.node.func.value):
+                return False
+        else:
+            return False
+    return True
+
+
+def _loops_over_argument(facts: Facts, name: str) -> bool:
+    """`name` is the one function of this file by that name, a generator that loops over its
+    first parameter (`def cycle(dl): while True: for data in dl: yield data`)."""
+    fns = facts.tree.functions_by_name.get(name, [])
+    if len(fns) != 1:
+        return False
+    fn = fns[0]
+    params = fn.params.params
+    if not params or not facts.tree.nodes_within(fn, cst.Yield):
+        return False
+    first = params[0].name.value
+    return any(isinstance(loop.iter, cst.Name) and loop.iter.value == first for loop in facts.tree.nodes_within(fn, cst.For))
+
+
+def _blocking_accelerator(facts: Facts, expr: cst.BaseExpression) -> bool:
+    """`expr` holds an `accelerate.Accelerator` made with its defaults for batches: it places
+    them on the device (`device_placement`) and copies them blocking (no `dataloader_config`
+    that could ask for `non_blocking=True`, no `**kwargs`)."""
+    if isinstance(expr, cst.Name):
+        bindings = facts.bindings.lookup(expr.value, expr)
+    elif isinstance(expr, cst.Attribute):
+        bindings = facts.bindings.self_attr_bindings(expr)
+    else:
+        return False
+    if not bindings:
+        return False
+    for b in bindings:
+        made = b.node
+        if b.how != "expr" or not isinstance(made, cst.Call) \
+                or not (facts.tree.qualname(made.func) or "").endswith("accelerate.Accelerator"):
+            return False
+        if any(a.star or (a.keyword is not None and a.keyword.value in ("dataloader_config", "device_placement",
+                                                                       "non_blocking")) for a in made.args):
+            return False
+    return True
 
 
 def forward_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
