@@ -153,15 +153,24 @@ class Throttles(Component):
 
     def _modulo_by_one(self, expr: cst.BinaryOperation) -> bool:
         """`x % 1`, or `x % n` where `n` is a name bound only to the literal 1 (lit-llama's
-        module-level `log_interval = 1`): true on every step."""
+        module-level `log_interval = 1`): true on every step.  Not a module-level name in a
+        module that runs `exec(...)` at its top level (nanoGPT's `exec(open('configurator.py')
+        .read())`, which sets its globals from a config file and the command line)."""
         right = expr.right
         if isinstance(right, cst.Integer):
             return right.value == "1"
         if isinstance(right, cst.Name):
             bindings = self.bindings.lookup(right.value, right)
+            if self._globals_overridden and any(self.tree.enclosing_function(b.node) is None for b in bindings):
+                return False
             return bool(bindings) and all(
                 b.how == "expr" and isinstance(b.node, cst.Integer) and b.node.value == "1" for b in bindings)
         return False
+
+    @cached_property
+    def _globals_overridden(self) -> bool:
+        """The module calls `exec(...)` outside any function: its globals may be set there."""
+        return any(self.tree.enclosing_function(c) is None for c in self.tree.calls_named("exec"))
 
     def _throttle_flag(self, name: cst.Name, depth: int) -> bool:
         """A name that holds a throttle test: `log_now = (it % k == 0) or it == last` before
