@@ -76,6 +76,7 @@ def _prepared_loader(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool
         return False
     if not bindings:
         return False
+    bindings = _past_both_arms(facts, bindings)
     for b in bindings:
         if b.how == "expr":
             if not _prepared_loader(facts, b.node, depth + 1):
@@ -91,6 +92,23 @@ def _prepared_loader(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool
         else:
             return False
     return True
+
+
+def _past_both_arms(facts: Facts, bindings: list) -> list:
+    """The bindings left once those that an `if`/`else` rebinding the name in both arms
+    replaces are dropped (`loader = DataLoader(...)`, then `if a: m, opt, loader =
+    accelerator.prepare(m, opt, loader) else: m, loader = accelerator.prepare(m, loader)`)."""
+    sites = [b.site for b in bindings if b.site is not None]
+    for branch in {id(a): a for site in sites for a in facts.tree.ancestors(site) if isinstance(a, cst.If)}.values():
+        if not isinstance(branch.orelse, cst.Else):
+            continue
+        arms = (branch.body, branch.orelse.body)
+        if not all(any(facts.tree.is_inside(site, arm) for site in sites) for arm in arms):
+            continue
+        start = facts.tree.order.get(branch, 0)
+        return [b for b in bindings if b.site is None or facts.tree.is_inside(b.site, branch)
+                or facts.tree.order.get(b.site, 0) > start]
+    return bindings
 
 
 def _loops_over_argument(facts: Facts, name: str) -> bool:
