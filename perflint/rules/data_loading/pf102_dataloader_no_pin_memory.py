@@ -71,7 +71,10 @@ def _pinning_commented_out(facts: Facts, call: cst.Call) -> bool:
 class DataLoaderNoPinMemory(Rule):
     """
     ## What it does
-    Flags `DataLoader(...)` calls without `pin_memory` in files that move data to CUDA.
+    Flags `DataLoader(...)` calls without `pin_memory` in files that move data to CUDA. For a
+    loader handed to `accelerator.prepare(...)`, Accelerate makes the copy (with
+    `non_blocking=False` unless told otherwise), so the message asks for its
+    `DataLoaderConfiguration(non_blocking=True)` instead of a `non_blocking` argument.
 
     ## Why is this bad?
     Copies from pageable host memory to the GPU are staged and synchronous: the CUDA runtime
@@ -168,12 +171,34 @@ class DataLoaderNoPinMemory(Rule):
                 fix = self.safe(plan_msg, {call: new})
             else:
                 fix = self.unsafe(plan_msg, {call: new})
-            yield Violation(
-                call.func,
-                "DataLoader without `pin_memory` in CUDA code: batches are copied to the GPU from "
-                "pageable memory, which blocks; pass `pin_memory=True` and copy with `non_blocking=True`",
-                fix,
-            )
+            if _prepared_by_accelerate(facts, call):
+                message = ("DataLoader without `pin_memory` in CUDA code: Accelerate copies its batches to the GPU "
+                           "from pageable memory, blocking; pass `pin_memory=True` and build the `Accelerator` with "
+                           "`dataloader_config=DataLoaderConfiguration(non_blocking=True)`")
+            else:
+                message = ("DataLoader without `pin_memory` in CUDA code: batches are copied to the GPU from "
+                           "pageable memory, which blocks; pass `pin_memory=True` and copy with `non_blocking=True`")
+            yield Violation(call.func, message, fix)
+
+
+def _prepared_by_accelerate(facts: Facts, call: cst.Call) -> bool:
+    """The loader is handed to `accelerator.prepare(...)` of an Accelerator that copies batches
+    itself, blocking (see PF201's `_blocking_accelerator`): the copy is Accelerate's, so
+    `non_blocking` is its `DataLoaderConfiguration`'s, not an argument the script passes."""
+    from perflint.rules.host_sync.waits import _blocking_accelerator
+
+    parent = facts.tree.parent(call)
+    if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+        return False
+    name = parent.targets[0].target.value
+    scope = facts.tree.enclosing_function(call) or facts.module
+    for c in facts.tree.calls_within(scope):
+        f = c.func
+        if isinstance(f, cst.Attribute) and f.attr.value in ("prepare", "prepare_data_loader") \
+                and any(isinstance(a.value, cst.Name) and a.value.value == name and a.keyword is None for a in c.args) \
+                and _blocking_accelerator(facts, f.value):
+            return True
+    return False
 
 
 def _unpinned_branch(facts: Facts, call: cst.Call) -> bool:
