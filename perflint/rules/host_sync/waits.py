@@ -21,12 +21,17 @@ def copy_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -
     for p in _unseen_reads(facts, region):
         if p in own or not isinstance(p, cst.Call) or not blocking_host_copy(facts, p):
             continue
-        if facts.tree.is_inside(p, node) or facts.tree.is_inside(node, p) or exclusive(facts, p, node):
-            continue
-        if _optional(facts, p, region) or not _every_iteration(facts, p, region):
-            continue
-        return p
+        if _elsewhere_each_time(facts, p, region, node):
+            return p
     return _prepared_fetch(facts, region, node)
+
+
+def _elsewhere_each_time(facts: Facts, p: cst.CSTNode, region: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """`p` runs once on every iteration of `region`, unconditionally, apart from `node` (not
+    inside it, not around it, not in the other arm of an `if`)."""
+    if facts.tree.is_inside(p, node) or facts.tree.is_inside(node, p) or exclusive(facts, p, node):
+        return False
+    return not _optional(facts, p, region) and _every_iteration(facts, p, region)
 
 
 def _prepared_fetch(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -39,11 +44,8 @@ def _prepared_fetch(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst
     for call in facts.tree.calls_within(region):
         if call_name(call) != "next" or not isinstance(call.func, cst.Name) or not call.args:
             continue
-        if facts.tree.is_inside(call, node) or facts.tree.is_inside(node, call) or exclusive(facts, call, node):
-            continue
         ctx = facts.loops.iteration_context(call)
-        if ctx is None or ctx.node is not region or _optional(facts, call, region) \
-                or not _every_iteration(facts, call, region):
+        if ctx is None or ctx.node is not region or not _elsewhere_each_time(facts, call, region, node):
             continue
         if _prepared_loader(facts, call.args[0].value, 0):
             return call
@@ -68,12 +70,7 @@ def _prepared_loader(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool
         if isinstance(f, cst.Name) and expr.args and _loops_over_argument(facts, f.value):
             return _prepared_loader(facts, expr.args[0].value, depth + 1)
         return False
-    if isinstance(expr, cst.Name):
-        bindings = facts.bindings.lookup(expr.value, expr)
-    elif isinstance(expr, cst.Attribute):
-        bindings = facts.bindings.self_attr_bindings(expr)
-    else:
-        return False
+    bindings = _bindings_of(facts, expr)
     if not bindings:
         return False
     bindings = _past_both_arms(facts, bindings)
@@ -92,6 +89,15 @@ def _prepared_loader(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool
         else:
             return False
     return True
+
+
+def _bindings_of(facts: Facts, expr: cst.BaseExpression) -> list:
+    """What a name, or a `self.` attribute, was bound to (none for anything else)."""
+    if isinstance(expr, cst.Name):
+        return facts.bindings.lookup(expr.value, expr)
+    if isinstance(expr, cst.Attribute):
+        return facts.bindings.self_attr_bindings(expr)
+    return []
 
 
 def _past_both_arms(facts: Facts, bindings: list) -> list:
@@ -129,12 +135,7 @@ def _blocking_accelerator(facts: Facts, expr: cst.BaseExpression) -> bool:
     """`expr` holds an `accelerate.Accelerator` made with its defaults for batches: it places
     them on the device (`device_placement`) and copies them blocking (no `dataloader_config`
     that could ask for `non_blocking=True`, no `**kwargs`)."""
-    if isinstance(expr, cst.Name):
-        bindings = facts.bindings.lookup(expr.value, expr)
-    elif isinstance(expr, cst.Attribute):
-        bindings = facts.bindings.self_attr_bindings(expr)
-    else:
-        return False
+    bindings = _bindings_of(facts, expr)
     if not bindings:
         return False
     for b in bindings:
@@ -162,11 +163,8 @@ def forward_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode
         ctx = facts.loops.iteration_context(call)
         if ctx is None or ctx.node is not region or not _forward_syncs(facts, call):
             continue
-        if facts.tree.is_inside(call, node) or facts.tree.is_inside(node, call) or exclusive(facts, call, node):
-            continue
-        if _optional(facts, call, region) or not _every_iteration(facts, call, region):
-            continue
-        return call
+        if _elsewhere_each_time(facts, call, region, node):
+            return call
     return None
 
 
