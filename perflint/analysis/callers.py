@@ -104,10 +104,10 @@ class CallerFacts:
 
     def called_from_training(self, where: tuple[str, str], depth: int = 0) -> bool:
         """Whether a file that trains calls `where` (directly, or through functions such a
-        file calls): an evaluation loop in it runs during training."""
+        file calls), not once after its training (`after`): its evaluation runs during it."""
         if self._incoming is None:
             self._index_calls()
-        for path, c in self._calls_to.get(where, ()):  # type: ignore[union-attr]
+        for path, c in [pc for pc in self._calls_to.get(where, ()) if not pc[1].get("after")]:  # type: ignore[union-attr]
             if self.summaries[path].get("trains"):
                 return True
             if depth < 2 and c.get("in") and (path, c["in"]) != where \
@@ -124,7 +124,7 @@ class CallerFacts:
         sites = self._sites(where)
         if not sites:
             return False
-        for caller, c in sites:
+        for caller, c in [sc for sc in sites if not sc[1].get("after")]:
             if self.summaries[caller].get("trains"):
                 return False
             host = c.get("in")

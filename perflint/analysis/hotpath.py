@@ -183,52 +183,10 @@ class HotPath(Component):
         return False
 
     def after_training(self, region: cst.CSTNode) -> bool:
-        """An evaluation loop that runs once per training run, after it: it sits in the
-        function (or module code) that trains over epochs — every training loop there is
-        inside an outer loop of its own (`for epoch ...: for batch in train_loader:`) or
-        counts the run's steps (`for step in range(max_steps)`) — after those loops, and in
-        no loop that holds a training loop (`if args.do_test:` after the epochs).  Each run
-        of that code trains to the end, then evaluates once."""
-        if not isinstance(region, (cst.For, cst.While)):
-            return False
-        scope = self.tree.enclosing_function(region)
-        mine = [loop for loop in self.loops.training_loops() if self.tree.enclosing_function(loop) is scope]
-        if not mine:
-            return False
-        held = {id(a) for a in self.tree.ancestors(region) if isinstance(a, (cst.For, cst.While))}
-        for loop in mine:
-            outer = None
-            for a in self.tree.ancestors(loop):
-                if a is scope or isinstance(a, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-                    break
-                if isinstance(a, (cst.For, cst.While)):
-                    if id(a) in held:
-                        return False  # the evaluation shares a loop with the training
-                    outer = a
-            if outer is None and self._counts_all_steps(loop):
-                outer = loop  # `for step in range(max_steps)`: the whole run, one batch an iteration
-            if outer is None or self.tree.order.get(region, 0) <= (self.tree._range(outer) or (0, 1 << 62))[1]:
-                return False  # a single pass (the function may be one epoch), before or in the training
-        return True
+        """See `analysis.afterruns.after_training`."""
+        from perflint.analysis.afterruns import after_training
 
-    def _counts_all_steps(self, loop: cst.CSTNode) -> bool:
-        """A training loop that counts the run's steps, not one epoch's: `for it in
-        range(max_iter)`, `for step in tqdm(range(num_train_steps))` (also through a name
-        bound once), `while global_step < max_steps`."""
-        if isinstance(loop, cst.While):
-            text = self.facts.module.code_for_node(loop.test)
-        else:
-            it = loop.iter
-            if isinstance(it, cst.Name):
-                bound = self.bindings.lookup(it.value, it)
-                if len(bound) != 1 or bound[0].how != "expr":
-                    return False
-                it = bound[0].node
-            if not any(isinstance(n, cst.Call) and call_name(n) == "range" for n in iter_nodes(it)):
-                return False
-            text = self.facts.module.code_for_node(it)
-        low = text.lower()
-        return ("step" in low or "iter" in low) and "epoch" not in low and "len(" not in low
+        return after_training(self.facts, region)
 
     def runs_instead_of_training(self, region: cst.CSTNode) -> bool:
         """`region` is in a run mode of its own, which never runs while the model trains:

@@ -35,7 +35,7 @@ from perflint.analysis.syntax import NOT_LITERAL, argparse_dest, call_name, get_
 from perflint.analysis.vocab import Kind, DATALOADER, _OPTION_ROOTS, loads_model
 from perflint.names import ImportTable, dotted
 
-SUMMARY_VERSION = 9
+SUMMARY_VERSION = 10
 # Import roots that are never the project's own modules.
 LIBRARY_ROOTS = frozenset({
     "torch", "numpy", "np", "scipy", "torchvision", "torchaudio", "transformers", "accelerate", "timm", "os", "sys",
@@ -373,6 +373,8 @@ def _calls(facts, lines) -> list[CallRecord]:
             rec["step"] = ctx.kind
             rec["line"] = lines(call)
         rec["every"] = host is not None and facts.loops.runs_on_every_call(call, host)
+        if ctx is None and facts.hotpath.trains and facts.hotpath.after_training(call):
+            rec["after"] = True  # once per run, after the training of the function it sits in
         if facts.grad.grad_context(call) == "off":
             rec["nograd"] = True  # under `torch.no_grad()` / `inference_mode()` at the call
         positional = [a for a in call.args if a.keyword is None and not a.star]

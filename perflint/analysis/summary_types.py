@@ -58,6 +58,7 @@ CallRecord = TypedDict("CallRecord", {
     "step": NotRequired[str],  # "train" / "eval": runs once per step of that loop
     "line": NotRequired[int],  # the call's line, for a per-step call
     "nograd": NotRequired[bool],  # under `torch.no_grad()` / `inference_mode()`
+    "after": NotRequired[bool],  # once per run, after the training loop of the function it sits in
     "via": NotRequired[Dict[str, list]],  # key → [reference of the project call it is bound to, unpacked]
     "dev": NotRequired[Dict[str, List[str]]],  # key → device kinds
     "fwd": NotRequired[Dict[str, str]],  # key → the caller's own parameter it forwards
