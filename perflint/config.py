@@ -450,6 +450,9 @@ _DOC_BOUNDS = (
     # version the code was written for.
     re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t]+(?:\*\*)?(?:py)?torch(?:\*\*)?[ \t]*(?:version[ \t]*)?[:=]?[ \t]*"
                r"v?(\d+)\.(\d+)", re.I | re.M),
+    # "My environment is pytorch1.0", "tested with `pytorch1.3`": the version run together
+    # with the name (not in a path: `cu113/torch1.10/index.html`).
+    re.compile(r"(?<![\w/.-])pytorch(\d+)\.(\d+)(?![\w/])", re.I),
     # "64-bit Python 3.7 and PyTorch 1.7.1": the environment in prose.
     re.compile(r"\bpython\s+v?\d+(?:\.\d+)*\s+(?:and|&)\s+pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
     re.compile(r"\b(?:(?:developed|tested|written|implemented|trained)\s+(?:for|with|on|using|under|in)"

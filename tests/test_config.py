@@ -274,6 +274,8 @@ def _pf402(root: Path, *args: str) -> bool:
         ({"README.md": "Python version 3.8, PyTorch version 2.5.1, CUDA 12.1.\n"}, True),
         ({"README.md": "* 64-bit Python 3.7 and PyTorch 1.7.1. See pytorch.org for install instructions.\n"}, False),
         ({"README.md": "Needs Python 3.10 and PyTorch 2.5 (CUDA 12).\n"}, True),
+        ({"README.md": "My environment is pytorch1.0 and python3.\n"}, False),
+        ({"README.md": "Wheels: https://example.org/cu113/torch1.10/index.html and pytorch2.5.html\n"}, True),
         # Install notes kept as a getting-started page.
         ({"get_started.md": "- Install `PyTorch>=1.8.0` and `torchvision>=0.9.0` with `CUDA>=10.2`\n"}, False),
         ({"docs/GETTING_STARTED.md": "conda install pytorch==1.10.0 -c pytorch\n"}, False),
