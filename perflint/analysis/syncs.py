@@ -70,7 +70,7 @@ class Syncs(Component):
             if isinstance(call.func, cst.Attribute) and call_name(call) in _SYNC_READS and not call.args:
                 recv = call.func.value
                 ks = self.kinds.of(recv)
-                if (ks & {Kind.NUMBER, Kind.NUMPY, Kind.INT, Kind.CPU_TENSOR} and not ks & {Kind.TENSOR, Kind.DEVICE_TENSOR, Kind.LOSS, Kind.OUTPUT}) \
+                if (ks & {Kind.NUMBER, Kind.NUMPY, Kind.INT, Kind.CPU_TENSOR} and not ks & _TENSOR_KINDS) \
                         or Kind.MODEL in ks or (Kind.BATCH in ks and Kind.DEVICE_TENSOR not in ks):
                     continue
             elif self.tree.qualname(call.func) != "torch.cuda.synchronize":

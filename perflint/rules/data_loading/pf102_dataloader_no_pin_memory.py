@@ -183,9 +183,9 @@ class DataLoaderNoPinMemory(Rule):
 
 def _prepared_by_accelerate(facts: Facts, call: cst.Call) -> bool:
     """The loader is handed to `accelerator.prepare(...)` of an Accelerator that copies batches
-    itself, blocking (see PF201's `_blocking_accelerator`): the copy is Accelerate's, so
+    itself, blocking (`host_sync.waits.blocking_accelerator`): the copy is Accelerate's, so
     `non_blocking` is its `DataLoaderConfiguration`'s, not an argument the script passes."""
-    from perflint.rules.host_sync.waits import _blocking_accelerator
+    from perflint.rules.host_sync.waits import blocking_accelerator
 
     parent = facts.tree.parent(call)
     if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
@@ -196,7 +196,7 @@ def _prepared_by_accelerate(facts: Facts, call: cst.Call) -> bool:
         f = c.func
         if isinstance(f, cst.Attribute) and f.attr.value in ("prepare", "prepare_data_loader") \
                 and any(isinstance(a.value, cst.Name) and a.value.value == name and a.keyword is None for a in c.args) \
-                and _blocking_accelerator(facts, f.value):
+                and blocking_accelerator(facts, f.value):
             return True
     return False
 

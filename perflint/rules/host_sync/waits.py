@@ -66,7 +66,7 @@ def _prepared_loader(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool
         if isinstance(f, cst.Attribute) and f.attr.value in ("prepare", "prepare_data_loader"):
             args = [a for a in expr.args if a.keyword is None and not a.star]
             return len(args) == 1 and facts.kinds.has_kind(args[0].value, Kind.DATALOADER) \
-                and _blocking_accelerator(facts, f.value)
+                and blocking_accelerator(facts, f.value)
         if isinstance(f, cst.Name) and expr.args and _loops_over_argument(facts, f.value):
             return _prepared_loader(facts, expr.args[0].value, depth + 1)
         return False
@@ -84,7 +84,7 @@ def _prepared_loader(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool
             args = [a for a in b.node.args if a.keyword is None and not a.star]
             if b.index[0] >= len(args) or len(args) != len(b.node.args) \
                     or not facts.kinds.has_kind(args[b.index[0]].value, Kind.DATALOADER) \
-                    or not _blocking_accelerator(facts, b.node.func.value):
+                    or not blocking_accelerator(facts, b.node.func.value):
                 return False
         else:
             return False
@@ -131,7 +131,7 @@ def _loops_over_argument(facts: Facts, name: str) -> bool:
     return any(isinstance(loop.iter, cst.Name) and loop.iter.value == first for loop in facts.tree.nodes_within(fn, cst.For))
 
 
-def _blocking_accelerator(facts: Facts, expr: cst.BaseExpression) -> bool:
+def blocking_accelerator(facts: Facts, expr: cst.BaseExpression) -> bool:
     """`expr` holds an `accelerate.Accelerator` made with its defaults for batches: it places
     them on the device (`device_placement`) and copies them blocking (no `dataloader_config`
     that could ask for `non_blocking=True`, no `**kwargs`)."""
