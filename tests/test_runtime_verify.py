@@ -567,6 +567,31 @@ def test_a_slower_fix_gets_the_likely_cause_from_the_split(monkeypatch, project)
     assert "worker processes compete with the training process" in text
 
 
+def gpu_run(times, phases, syncs) -> RunResult:
+    r = run(times, [1.0], device="cuda", phases=phases, syncs=syncs)
+    r.memory_kind = "cuda"
+    return r
+
+
+def test_on_a_gpu_more_host_syncs_in_the_fix_are_the_likely_cause():
+    # H200, anti-spoofing on the trainer against perflint's fix: the fix's per-step `.item()`
+    # waits for the GPU inside forward + backward; the workers are not what grew it
+    base = verify.summarise([gpu_run([0.10] * 4, {"data": 0.8, "compute": 0.1}, 0.2)])
+    cand = verify.summarise([gpu_run([0.11] * 4, {"data": 0.7, "compute": 0.2}, 1.0)])
+    cause = verify.likely_cause(base, cand, cpu_count=16)
+    assert cause.startswith("forward + backward grew by")
+    assert "waits for the GPU more often (1.0 host syncs a step against 0.2)" in cause
+    assert "worker processes" not in cause
+
+
+def test_on_a_gpu_worker_competition_names_no_gpu_as_the_remedy():
+    base = verify.summarise([gpu_run([0.10] * 4, {"data": 0.8, "compute": 0.1}, 1.0)])
+    cand = verify.summarise([gpu_run([0.11] * 4, {"data": 0.7, "compute": 0.2}, 1.0)])
+    cause = verify.likely_cause(base, cand, cpu_count=16)
+    assert "compete with the training process for this machine's 16 CPU cores, which also launch its GPU work" in cause
+    assert "or a GPU" not in cause
+
+
 def test_no_likely_cause_when_not_slower():
     base = verify.summarise([run([0.1] * 4, [1.0], phases={"data": 0.5})])
     cand = verify.summarise([run([0.05] * 4, [1.0], phases={"data": 0.1})])

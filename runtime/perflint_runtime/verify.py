@@ -317,10 +317,20 @@ def likely_cause(base: Summary, cand: Summary, cpu_count: int | None = None) -> 
     text = f"{PHASE_LABELS[grew]} grew by {format_ms(deltas[grew])} a step"
     if deltas[fell] < 0:
         text += f" while {PHASE_LABELS[fell]} fell by {format_ms(-deltas[fell])}"
-    if grew in ("compute", "optimizer", "other") and fell == "data":
+    syncs = (base.host_syncs_per_step, cand.host_syncs_per_step)
+    if grew in ("compute", "optimizer", "other") and None not in syncs and syncs[1] >= syncs[0] + 0.5:
+        # on a GPU a host sync waits for the queued kernels, and the wait is timed in its phase
+        text += (f": the fixed script waits for the GPU more often ({syncs[1]:.1f} host syncs a step "
+                 f"against {syncs[0]:.1f}), and each wait counts in the phase it happens in")
+    elif grew in ("compute", "optimizer", "other") and fell == "data":
         cores = cpu_count or os.cpu_count() or 1
-        text += (f": the loader's worker processes compete with the training process for this machine's "
-                 f"{cores} CPU core{'s' if cores != 1 else ''} (fewer workers, or a GPU, would change that)")
+        cpu = f"this machine's {cores} CPU core{'s' if cores != 1 else ''}"
+        if base.memory_kind == "cuda":
+            text += (f": the loader's worker processes compete with the training process for {cpu}, "
+                     f"which also launch its GPU work (fewer workers would change that)")
+        else:
+            text += (f": the loader's worker processes compete with the training process for {cpu} "
+                     f"(fewer workers, or a GPU, would change that)")
     elif grew == "h2d":
         text += ": the copies to the device got slower (pinned-memory allocation, or copies that now wait)"
     elif grew == "data":
