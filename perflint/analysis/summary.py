@@ -35,7 +35,7 @@ from perflint.analysis.syntax import NOT_LITERAL, argparse_dest, call_name, get_
 from perflint.analysis.vocab import Kind, DATALOADER, _OPTION_ROOTS, loads_model
 from perflint.names import ImportTable, dotted
 
-SUMMARY_VERSION = 10
+SUMMARY_VERSION = 11
 # Import roots that are never the project's own modules.
 LIBRARY_ROOTS = frozenset({
     "torch", "numpy", "np", "scipy", "torchvision", "torchaudio", "transformers", "accelerate", "timm", "os", "sys",
@@ -50,8 +50,9 @@ LIBRARY_ROOTS = frozenset({
 _API = re.compile(
     r"^(torch\.nn\.[A-Z]\w*|torch\.nn\.functional\.(conv\w*|linear|bilinear|scaled_dot_product_attention|"
     r"multi_head_attention_forward)|torch\.(matmul|mm|bmm|addmm|baddbmm|addbmm|einsum|chain_matmul|conv[123]d)|"
-    r"torchvision\.models\.[\w.]+|timm\.create_model|torch\.hub\.load|transformers\.[\w.]+\.from_pretrained)$"
-)
+    r"torchvision\.models\.[\w.]+|timm\.create_model|torch\.hub\.load|transformers\.[\w.]+\.from_pretrained|"
+    r"torch\.nn\.parallel\.DistributedDataParallel|torch\.distributed\.fsdp\.(FullyShardedDataParallel|fully_shard))$"
+)  # and the multi-process wrappers: a helper that builds one gives its callers a DDP path (PF503)
 # Among a body's APIs: it builds or calls a convolution whose kernel is not known to be 1
 # (what a conv layer of kernel size 1 does is a plain matrix product: PF406's autotuner has
 # nothing to choose for it).

@@ -57,8 +57,9 @@ class DataParallel(Rule):
     function named for sampling or evaluation (`sample`, `test`, `evaluate`, `generate` …)
     that runs no training step itself, nor in a run mode that trains nothing (an arm of `if
     args.test_only:` that ends in `sys.exit(0)`, or whose other arm trains). Not in a file that also builds
-    `DistributedDataParallel` (DataParallel is then the single-process fallback of a script
-    that has the DDP path), nor under `if flag:` with `flag` bound only to False, nor for a
+    `DistributedDataParallel`, itself or through a project function it calls (`model =
+    smart_DDP(model)`: DataParallel is then the single-process fallback of a script that
+    has the DDP path), nor under `if flag:` with `flag` bound only to False, nor for a
     wrapper every later use of which sits under a throttle in a loop (`sampler =
     nn.DataParallel(sampler)` called only `if step % args.sample_step == 0:`), nor for one
     unwrapped before any forward (`net = nn.DataParallel(net)`, `net.load_state_dict(...)`,
@@ -195,13 +196,26 @@ def _used_only_now_and_then(facts: Facts, call: cst.Call, scope: cst.CSTNode) ->
 
 def _has_distributed_path(facts: Facts) -> bool:
     """The file can also wrap the model for multi-process training: torch's, apex's or
-    another package's `DistributedDataParallel`, FSDP, or DeepSpeed's `initialize`."""
+    another package's `DistributedDataParallel`, FSDP, or DeepSpeed's `initialize`, built
+    here or by a project function it calls (yolov5's `smart_DDP(model)` in
+    `utils/torch_utils.py`)."""
     for call in facts.tree.calls():
         q = facts.tree.qualname(call.func) or ""
         last = q.rsplit(".", 1)[-1]
         if last in ("DistributedDataParallel", "FullyShardedDataParallel") or q == "deepspeed.initialize":
             return True
+    if facts.project is None:
+        return False
+    for call in facts.tree.calls():
+        ref = facts.cross.project_ref(call.func)
+        if ref is not None and not ref.startswith("#") and facts.project.layer_apis(ref) & _DISTRIBUTED_APIS:
+            return True
     return False
+
+
+# What a project helper's summary records when it builds a multi-process wrapper.
+_DISTRIBUTED_APIS = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.distributed.fsdp.FullyShardedDataParallel",
+                               "torch.distributed.fsdp.fully_shard"})
 
 
 def _used_outside_training(facts: Facts, fn: cst.FunctionDef) -> bool:
