@@ -507,7 +507,7 @@ def fix(paths, select, extend_select, ignore, target_torch, config_file, exclude
 def _show_settings(paths, resolver) -> None:
     """What `check` would use for each path (a folder: a file directly inside it)."""
     from perflint.config import ConfigError
-    from perflint.options import is_test_file
+    from perflint.options import is_benchmark_file, is_test_file
     from perflint.selection import fixable_codes, ignored_for_path, selected_codes
 
     status = 0
@@ -533,6 +533,8 @@ def _show_settings(paths, resolver) -> None:
             f"  unsafe fixes: {'yes' if s.unsafe_fixes else 'no'}",
             f"  fixable: {'all' if fixable is None else ', '.join(sorted(fixable)) or 'none'}",
             f"  test file rules only (errors): {'yes' if is_test_file(probe, root=s.root) and not s.lint_tests else 'no'}",
+            f"  benchmark file rules only (errors): "
+            f"{'yes' if is_benchmark_file(probe, root=s.root) and not s.lint_benchmarks else 'no'}",
         ]
         click.echo("\n".join(lines))
     sys.exit(status)

@@ -5,7 +5,7 @@ table (as ruff does with `[tool.ruff]`), or `--config FILE` for all.  Keys use r
 spelling:
 
     select, extend-select, ignore, per-file-ignores, exclude, extend-exclude,
-    target-torch, unsafe-fixes, respect-gitignore, fixable, unfixable, lint-tests
+    target-torch, unsafe-fixes, respect-gitignore, fixable, unfixable, lint-tests, lint-benchmarks
 
 The target torch version is `--target-torch`, else `target-torch` in the configuration,
 else the lower bound of the project's declared torch requirement (the nearest
@@ -45,6 +45,7 @@ KNOWN_KEYS: dict[str, tuple[type, str]] = {
     "fixable": (list, "a list of rule codes"),
     "unfixable": (list, "a list of rule codes"),
     "lint-tests": (bool, "true or false"),
+    "lint-benchmarks": (bool, "true or false"),
 }
 _CODE_KEYS = ("select", "extend-select", "ignore", "fixable", "unfixable")
 _TOML_TYPE = {str: "a string", bool: "a boolean", int: "an integer", float: "a float", list: "an array",
@@ -77,6 +78,7 @@ class Settings:
     unsafe_fixes: bool = False
     respect_gitignore: bool = True
     lint_tests: bool = False  # report warnings in pytest test files too (errors always are)
+    lint_benchmarks: bool = False  # report warnings in benchmark scripts too (errors always are)
     fixable: tuple[str, ...] | None = None
     unfixable: tuple[str, ...] = ()
     root: str = "."  # folder that relative patterns are anchored at

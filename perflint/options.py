@@ -61,6 +61,27 @@ def is_test_file(path: Path, source: bytes | None = None, root: str | None = Non
     return _TEST_DEFS.search(source) is not None and _MAIN_GUARD.search(source) is None
 
 
+_BENCHMARK_NAME = re.compile(r"^(?:bench|benchmarks?|benchmarking)(?:_\w+)?\.py$|^\w+_bench(?:mark)?s?\.py$")
+_BENCHMARK_FOLDERS = {"benchmark", "benchmarks"}
+
+
+def is_benchmark_file(path: Path, root: str | None = None) -> bool:
+    """A benchmark script: named `bench.py`, `benchmark.py`, `benchmark_*.py`,
+    `benchmarking_*.py`, `*_benchmark.py` or `*_bench.py`, or any module in a `benchmark/`
+    or `benchmarks/` folder below the project's root. A benchmark measures a setting on
+    purpose (fp32 against bf16, an `.item()` per step, no workers): performance warnings
+    there are noise, so only error-severity rules apply, unless `lint-benchmarks = true`."""
+    if _BENCHMARK_NAME.match(path.name):
+        return True
+    if root is None or not path.name.endswith(".py"):
+        return False
+    try:
+        below_root = path.absolute().parent.relative_to(Path(root).absolute())
+    except ValueError:
+        return False
+    return any(part in _BENCHMARK_FOLDERS for part in below_root.parts)
+
+
 def _severity(code: str) -> Severity:
     return severity_of(code)
 
@@ -81,6 +102,7 @@ def options_for(path: Path, settings: Settings, with_edits: bool = True, memo: d
             except (ValueError, OSError, RuntimeError):
                 rel = path.as_posix()
         codes -= ignored_for_path(settings, rel)
-    if not settings.lint_tests and is_test_file(path, root=settings.root):
+    if (not settings.lint_tests and is_test_file(path, root=settings.root)) \
+            or (not settings.lint_benchmarks and is_benchmark_file(path, root=settings.root)):
         codes = {c for c in codes if _severity(c) is Severity.ERROR}
     return LintOptions(codes=tuple(sorted(codes)), target_torch=settings.effective_target(), with_edits=with_edits)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cli_support import codes, run, write
-from perflint.options import is_test_file
+from perflint.options import is_benchmark_file, is_test_file
 
 # PF101 (warning, DataLoader without workers) and PF404 (error: fp16 autocast without a
 # GradScaler, gradients underflow) in one training loop.
@@ -116,3 +116,50 @@ def test_fix_leaves_warnings_in_test_files_alone(tmp_path, monkeypatch):
     run("fix", "--no-cache", "--select", "PF402")
     assert (tmp_path / "test_amp.py").read_text() == amp
     assert (tmp_path / "amp.py").read_text() != amp
+
+
+@pytest.mark.parametrize(
+    "name, is_bench",
+    [
+        ("bench.py", True),
+        ("benchmark.py", True),
+        ("benchmarks.py", True),
+        ("benchmark_train.py", True),
+        ("benchmarking_flux.py", True),
+        ("train_benchmark.py", True),
+        ("loader_bench.py", True),
+        ("benchmarks/run_all.py", True),
+        ("tools/benchmark/train_speed.py", True),
+        # Training scripts with "bench" inside a word, or not in a benchmark folder.
+        ("benchmarked_train.py", False),
+        ("workbench.py", False),
+        ("train.py", False),
+        ("benchmarks.ipynb", False),
+        ("tools/benchmark_results/train.py", False),
+    ],
+)
+def test_what_counts_as_a_benchmark_file(tmp_path, name, is_bench):
+    write(tmp_path, {name: ""})
+    assert is_benchmark_file(tmp_path / name, root=str(tmp_path)) is is_bench
+
+
+def test_a_project_inside_a_benchmarks_folder_is_not_benchmark_code(tmp_path):
+    write(tmp_path, {"benchmarks/proj/train.py": BOTH})
+    assert not is_benchmark_file(tmp_path / "benchmarks/proj/train.py", root=str(tmp_path / "benchmarks" / "proj"))
+
+
+def test_benchmark_files_get_only_error_rules_by_default(tmp_path, monkeypatch):
+    # nanoGPT's bench.py times training steps with an `.item()` per step on purpose.
+    write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "train.py": BOTH, "bench.py": BOTH})
+    monkeypatch.chdir(tmp_path)
+    r = run("check", "--no-cache", "--output-format", "json", "--select", "PF101,PF404")
+    found = _codes_by_file(r)
+    assert found["train.py"] == {"PF101", "PF404"}
+    assert found["bench.py"] == {"PF404"}
+
+
+def test_lint_benchmarks_setting_reports_everything_in_benchmark_files(tmp_path, monkeypatch):
+    write(tmp_path, {"pyproject.toml": "[tool.perflint]\nlint-benchmarks = true\n", "benchmarks/train_speed.py": BOTH})
+    monkeypatch.chdir(tmp_path)
+    r = run("check", "--no-cache", "--output-format", "json", "--select", "PF101,PF404")
+    assert _codes_by_file(r)["train_speed.py"] == {"PF101", "PF404"}
