@@ -41,10 +41,12 @@ _CHEAP_CALLS = {
     "toarray", "todense",  # one row of an in-memory sparse matrix made dense
 }
 _PAD_CALLS = {"pad_sequence", "pad", "sorted", "append", "extend", "max", "fill_", "new_full", "new_zeros",
-              "masked_fill", "masked_fill_", "Tensor", "default_collate"}
+              "masked_fill", "masked_fill_", "Tensor", "default_collate", "any", "all", "update"}
 
 
-def _cheap_call(facts, call: cst.Call) -> bool:
+def cheap_call(facts, call: cst.Call) -> bool:
+    """A call a sample costs next to nothing for: indexing, casts, stacking (no file read,
+    no decoding, no image or audio library)."""
     name = call_name(call) or ""
     if name not in _CHEAP_CALLS:
         return False
@@ -125,7 +127,7 @@ class Kinds(Component):
         getitem = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "__getitem__"), None)
         if getitem is None:
             return False
-        return all(_cheap_call(self.facts, c) for c in self.tree.calls_within(getitem))
+        return all(cheap_call(self.facts, c) for c in self.tree.calls_within(getitem))
 
     def moves_samples_to_device(self, cls: cst.ClassDef) -> bool:
         """A Dataset class whose `__getitem__`/`__iter__` puts samples on a device: `.cuda()`,
@@ -171,11 +173,23 @@ class Kinds(Component):
                 return True
         return False
 
-    def pad_only_collate(self, fn: cst.CSTNode) -> bool:
-        """A collate function that only pads, stacks and casts what the samples hold."""
+    def pad_only_collate(self, fn: cst.CSTNode, seen: frozenset = frozenset()) -> bool:
+        """A collate function that only pads, stacks and casts what the samples hold; also
+        one that hands the batch to such a function of this file (diffusers' `collate_fn=lambda
+        examples: collate_fn(examples, args.with_prior_preservation)`)."""
         inner = {f.name.value for f in self.tree.nodes_within(fn, cst.FunctionDef)}  # its own helpers
-        return all(_cheap_call(self.facts, c) or call_name(c) in _PAD_CALLS
-                   or (isinstance(c.func, cst.Name) and c.func.value in inner) for c in self.tree.calls_within(fn))
+        return all(cheap_call(self.facts, c) or call_name(c) in _PAD_CALLS
+                   or (isinstance(c.func, cst.Name) and c.func.value in inner)
+                   or self._pad_only_callee(c, seen | {fn}) for c in self.tree.calls_within(fn))
+
+    def _pad_only_callee(self, call: cst.Call, seen: frozenset) -> bool:
+        """`call` runs a top-level function of this file (defined once) that only pads."""
+        if not isinstance(call.func, cst.Name):
+            return False
+        fns = self.tree.functions_by_name.get(call.func.value, ())
+        if len(fns) != 1 or fns[0] in seen or self.tree.parent(fns[0]) is not self.facts.module:
+            return False
+        return self.pad_only_collate(fns[0], seen)
 
     def graph_collate(self, fn: cst.FunctionDef) -> bool:
         """A collate function whose batch is a DGL graph: every value it returns is a graph

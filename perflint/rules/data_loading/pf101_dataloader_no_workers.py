@@ -10,6 +10,7 @@ import libcst as cst
 from perflint.edits import add_arg, make_kwarg, parse_expr, parse_stmt, replace_arg_value
 from perflint.analysis import NOT_LITERAL, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.analysis.configfiles import from_config_file
+from perflint.analysis.kinds import cheap_call
 from perflint.names import dotted
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.data_loading.helpers import (
@@ -59,7 +60,8 @@ def cheap_samples(facts: Facts, opts: dict) -> bool:
         return False
     cls = facts.tree.classes_by_name.get(node.func.value) if isinstance(node.func, cst.Name) else None
     if cls is not None:
-        if cls.name.value not in facts.kinds.dataset_classes or not facts.kinds.cheap_samples_class(cls):
+        if cls.name.value not in facts.kinds.dataset_classes or not (
+                facts.kinds.cheap_samples_class(cls) or cheap_as_built(facts, cls, node)):
             return False
         kinds: frozenset = frozenset()
     else:
@@ -78,6 +80,92 @@ def cheap_samples(facts: Facts, opts: dict) -> bool:
         return Kind.PAD_COLLATE in kinds
     fn = function_node(facts, collate)
     return isinstance(fn, (cst.FunctionDef, cst.Lambda)) and facts.kinds.pad_only_collate(fn)
+
+
+def cheap_as_built(facts: Facts, cls: cst.ClassDef, built: cst.Call) -> bool:
+    """The Dataset class `cls`, as `built` constructs it, only indexes memory: every costly
+    call of its `__getitem__` sits under `if self.attr:` (or `is not None`) for an attribute
+    that `__init__` sets only from a parameter this construction leaves None — diffusers'
+    DreamBooth datasets preprocess the instance images in `__init__` and open class images
+    only with `class_data_root=args.class_data_dir if args.with_prior_preservation else
+    None`, an option off by default."""
+    methods = {f.name.value: f for f in getattr(cls.body, "body", ()) if isinstance(f, cst.FunctionDef)}
+    getitem, init = methods.get("__getitem__"), methods.get("__init__")
+    if getitem is None or init is None or has_splat(built):
+        return False
+    costly = [c for c in facts.tree.calls_within(getitem) if not cheap_call(facts, c)]
+    guards = {_guarding_attr(facts, c, getitem) for c in costly}
+    return bool(costly) and None not in guards and all(_none_as_built(facts, init, a, built) for a in guards)
+
+
+def _guarding_attr(facts: Facts, node: cst.CSTNode, fn: cst.FunctionDef) -> str | None:
+    """The `attr` of an enclosing `if self.attr:` / `if self.attr is not None:` whose body
+    holds `node` (inside `fn`)."""
+    cur = node
+    for anc in facts.tree.ancestors(node):
+        if anc is fn:
+            return None
+        if isinstance(anc, cst.If) and cur is anc.body:
+            test = anc.test
+            if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+                    and isinstance(test.comparisons[0].operator, cst.IsNot) \
+                    and literal_value(test.comparisons[0].comparator) is None:
+                test = test.left
+            if isinstance(test, cst.Attribute) and isinstance(test.value, cst.Name) and test.value.value == "self":
+                return test.attr.value
+        cur = anc
+    return None
+
+
+def _none_as_built(facts: Facts, init: cst.FunctionDef, attr: str, built: cst.Call) -> bool:
+    """Every assignment of `self.attr` in `__init__` is `None`, or sits under `if param is
+    not None:` for a parameter `built` passes as None (left out with a None default, `None`,
+    or `x if args.flag else None` with the option off by default)."""
+    found = False
+    for assign in facts.tree.nodes_within(init, cst.Assign):
+        targets = [t.target for t in assign.targets]
+        if not any(isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self"
+                   and t.attr.value == attr for t in targets):
+            continue
+        found = True
+        if literal_value(assign.value) is None:
+            continue
+        param = _param_tested_not_none(facts, assign, init)
+        if param is None or not _passed_as_none(facts, init, param, built):
+            return False
+    return found
+
+
+def _param_tested_not_none(facts: Facts, node: cst.CSTNode, init: cst.FunctionDef) -> str | None:
+    cur = node
+    for anc in facts.tree.ancestors(node):
+        if anc is init:
+            return None
+        if isinstance(anc, cst.If) and cur is anc.body and isinstance(anc.test, cst.Comparison) \
+                and len(anc.test.comparisons) == 1 and isinstance(anc.test.comparisons[0].operator, cst.IsNot) \
+                and literal_value(anc.test.comparisons[0].comparator) is None and isinstance(anc.test.left, cst.Name):
+            return anc.test.left.value
+        cur = anc
+    return None
+
+
+def _passed_as_none(facts: Facts, init: cst.FunctionDef, param: str, built: cst.Call) -> bool:
+    params = [p for p in (*init.params.posonly_params, *init.params.params)]
+    names = [p.name.value for p in params]
+    if param not in names:
+        return False
+    index = names.index(param) - 1  # after `self`
+    arg = next((a for a in built.args if a.keyword is not None and a.keyword.value == param), None)
+    if arg is None and 0 <= index < len(built.args) and all(a.keyword is None and not a.star for a in built.args[:index + 1]):
+        arg = built.args[index]
+    if arg is None:
+        default = params[names.index(param)].default
+        return default is not None and literal_value(default) is None
+    value = arg.value
+    if isinstance(value, cst.IfExp):
+        found, default = facts.cross.option_default(value.test)
+        return literal_value(value.orelse) is None and found and default is False
+    return literal_value(value) is None
 
 
 def tokenised_text(facts: Facts, opts: dict) -> bool:
@@ -228,7 +316,16 @@ class DataLoaderNoWorkers(Rule):
     is still reported. A local name bound to 0 is the user's choice and left alone. So are loaders over
     a `TensorDataset`: a sample is a tensor index, and workers only add inter-process copies (measured: an epoch of 100,000 × 64 floats at
     batch 512 took 0.47–0.75 s with no workers and 0.66–0.90 s with 2, five alternating
-    runs; torch 2.13, 2-core CPU, `python benchmarks/tensor_dataset_workers.py --repeats 5`).
+    runs; torch 2.13, 2-core CPU, `python benchmarks/tensor_dataset_workers.py --repeats 5`;
+    on an H200, a loader of host images that only indexes took 4.43 and 11.04 ms a step with
+    4 workers against 2.13 and 2.95 ms with none, both pinned,
+    `benchmarks/results/h200/pin_zero_workers/`). The same holds for a
+    Dataset class that prepares its samples in `__init__` and does costly work in
+    `__getitem__` only under `if self.attr:` for an attribute this construction leaves None
+    (diffusers' DreamBooth datasets: class images are decoded per sample only with
+    `class_data_root=args.class_data_dir if args.with_prior_preservation else None`, an
+    option off by default), and a `collate_fn=lambda b: collate_fn(b, flag)` whose function
+    only stacks.
 
     ## References
     - PyTorch performance tuning guide, "Enable asynchronous data loading"
