@@ -586,6 +586,10 @@ def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int]
 # ----------------------------------------------------------------------------------------
 
 
+# Target sources that are the project's package metadata (see `Resolver._folder_docs`).
+_PACKAGE_METADATA = ("pyproject.toml torch requirement", "setup.py torch requirement", "setup.cfg torch requirement")
+
+
 @dataclass
 class Resolver:
     """Finds and caches the settings for each directory; applies command-line overrides.
@@ -641,8 +645,14 @@ class Resolver:
         """A folder below the project's root whose own README or install notes name an older
         torch than the project's (an `old/` version kept beside the current code, one task of
         a repository of several): its files target that torch. Only ever lowers a target the
-        project's files gave, never a configured one."""
+        project's files gave, never a configured one, nor one the project's package metadata
+        declares (pyproject.toml, setup.py, setup.cfg): the repository's scripts run with the
+        package installed, so a sub-folder README's install line for one example (diffusers'
+        `examples/community/README.md`: `pytorch==1.10.1` for one pipeline, under a
+        `torch>=2.6` in setup.py) does not describe them."""
         if self.config_file is not None or s.target_source.endswith("target-torch"):
+            return s
+        if s.target_source.endswith(_PACKAGE_METADATA):
             return s
         root = Path(s.root)
         if not directory.is_relative_to(root):  # nothing named a torch: the nearest project root

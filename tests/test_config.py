@@ -457,3 +457,15 @@ for epoch in range(100):
 def test_code_written_for_torch_0_3_gets_no_advice_for_later_torch(root, extra, fires):
     write(root, {"pyproject.toml": "[tool.perflint]\n", "train.py": LEGACY_TRAIN, **extra})
     assert (("train.py", "PF103") in findings("--select", "PF103")) is fires
+
+
+@pytest.mark.parametrize("declared", [
+    {"setup.py": "from setuptools import setup\nsetup(name='lib', install_requires=['torch>=2.6'])\n"},
+    {"pyproject.toml": '[project]\nname = "lib"\ndependencies = ["torch>=2.6"]\n'},
+])
+def test_a_folder_readme_does_not_lower_the_package_requirement(root, declared):
+    """diffusers' `examples/community/README.md` installs torch 1.10.1 for one pipeline; the
+    scripts beside it import the package, which declares torch>=2.6: they target 2.6."""
+    write(root, {**declared, "a.py": AMP, "examples/community/README.md": "conda install pytorch==1.10.1\n",
+                 "examples/community/a.py": AMP})
+    assert {f for f, code in findings("--select", "PF402") if code == "PF402"} == {"a.py", "examples/community/a.py"}
