@@ -22,7 +22,7 @@ from perflint.rules.data_loading.helpers import (
     read_cheaply,
 )
 from perflint.rules.host_sync.helpers import waits_at_once
-from perflint.rules.host_sync.waits import copy_waits_elsewhere
+from perflint.rules.host_sync.waits import copy_waits_elsewhere, drained_at_iteration_end
 from perflint.analysis.vocab import Kind
 
 
@@ -188,6 +188,11 @@ class BlockingHostToDeviceCopy(Rule):
     other file calls per step (`print(compute_accuracy(model, test_loader))` after training),
     nor in a loop every iteration of which also makes a blocking copy of host data that no rule
     reports (`tokenizer(texts, return_tensors="pt").to(device)`): the host waits there anyway,
+    nor for a copy made before any GPU work of an iteration when every iteration ends, after
+    its last backward or optimizer step, with a read back that no rule reports because a loss
+    or layer whose `forward` waits runs in it too (`loss_avg.append(loss.item())` beside an
+    OHEM loss that branches on a tensor): the copy meets an idle GPU, and `non_blocking` would
+    overlap it with nothing,
     nor in the evaluation loop of a file that does not train when that loop runs once (a
     prediction script's `main`, also through a per-batch helper only that pass calls), or of a function or a branch that runs instead of training (`if not
     args.eval: train(args) else: test(args)`; an arm of `if args.test_only:` that ends in
@@ -262,6 +267,8 @@ class BlockingHostToDeviceCopy(Rule):
                 continue  # the step reads back from the GPU before any work: nothing to overlap the copy with
             if copy_waits_elsewhere(facts, ctx.node, call) is not None:
                 continue  # a blocking copy of host data (a tokenizer's output) waits on every iteration anyway
+            if drained_at_iteration_end(facts, ctx.node, call) is not None:
+                continue  # the last iteration ended in a read no rule reports: the GPU is idle at the copy
             new = add_arg(call, make_kwarg("non_blocking", "True"))
             cast = _host_cast(recv)
             if cast is not None:

@@ -7,7 +7,7 @@ import libcst as cst
 
 from perflint.analysis import Facts, call_name
 from perflint.analysis.vocab import Kind
-from perflint.rules.host_sync.helpers import _group_of, _optional, _unseen_reads, exclusive
+from perflint.rules.host_sync.helpers import _group_of, _heavy_call, _optional, _sync_points, _unseen_reads, exclusive
 from perflint.rules.host_sync.values import blocking_host_copy
 
 
@@ -192,3 +192,29 @@ def _every_iteration(facts: Facts, node: cst.CSTNode, region: cst.CSTNode) -> bo
                           cst.BooleanOperation, cst.CompFor)):
             return False
     return False
+
+
+def drained_at_iteration_end(facts: Facts, region: cst.CSTNode, copy: cst.CSTNode) -> cst.CSTNode | None:
+    """The loop `region` ends each iteration with a read back that stays: after its last
+    heavy GPU work (backward, an optimizer step, a model call) it reads a value every time
+    (`loss_avg.append(loss.item())`), and a loss or layer whose `forward` waits runs in the
+    same iteration (`forward_waits_elsewhere`), so PF201 leaves that read alone and no fix
+    removes it.  The next iteration's `copy` to the device, before any heavy work, then meets
+    an idle GPU: `non_blocking=True` would overlap it with nothing (BiSeNet's OHEM trainers)."""
+    if not isinstance(region, (cst.For, cst.While)):
+        return None
+    start = facts.tree.order.get(copy, 0)
+    heavy = [c for c in facts.tree.calls_within(region) if _heavy_call(facts, c, 0)]
+    if not heavy or any(facts.tree.order.get(c, 0) < start for c in heavy):
+        return None  # GPU work queued before the copy: a blocking copy waits for it
+    last = max(facts.tree.order.get(c, 0) for c in heavy)
+    for p in reversed(_sync_points(facts, region)):
+        if facts.tree.order.get(p, 0) <= last:
+            return None  # heavy work after the last read: the GPU is busy at the next copy
+        if not isinstance(p, cst.Call) or call_name(p) != "item":
+            continue
+        if _optional(facts, p, region) or not _every_iteration(facts, p, region):
+            continue
+        if forward_waits_elsewhere(facts, region, p) is not None:
+            return p
+    return None
