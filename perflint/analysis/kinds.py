@@ -39,6 +39,7 @@ _CHEAP_CALLS = {
     "keys", "values", "isinstance", "str", "abs", "round", "sum", "ones", "zeros", "full", "arange", "enumerate",
     "int64", "int32", "float32", "where", "nonzero", "flatten", "permute", "transpose", "clamp", "clip",
     "toarray", "todense",  # one row of an in-memory sparse matrix made dense
+    "replace", "join", "strip", "lower", "format",  # string edits of a caption (not a file read)
 }
 _PAD_CALLS = {"pad_sequence", "pad", "sorted", "append", "extend", "max", "fill_", "new_full", "new_zeros",
               "masked_fill", "masked_fill_", "Tensor", "default_collate", "any", "all", "update"}
