@@ -7,7 +7,14 @@ import libcst as cst
 
 from perflint.analysis import Facts, call_name
 from perflint.analysis.vocab import Kind
-from perflint.rules.host_sync.helpers import _group_of, _heavy_call, _optional, _sync_points, _unseen_reads, exclusive
+from perflint.rules.host_sync.helpers import (
+    _group_of,
+    _heavy_call,
+    _optional,
+    _sync_points,
+    _unseen_reads,
+    exclusive,
+)
 from perflint.rules.host_sync.values import blocking_host_copy
 
 
@@ -199,13 +206,14 @@ def drained_at_iteration_end(facts: Facts, region: cst.CSTNode, copy: cst.CSTNod
     heavy GPU work (backward, an optimizer step, a model call) it reads a value every time
     (`loss_avg.append(loss.item())`), and a loss or layer whose `forward` waits runs in the
     same iteration (`forward_waits_elsewhere`), so PF201 leaves that read alone and no fix
-    removes it.  The next iteration's `copy` to the device, before any heavy work, then meets
-    an idle GPU: `non_blocking=True` would overlap it with nothing (BiSeNet's OHEM trainers)."""
+    removes it.  The next iteration's `copy` to the device, made before any heavy work (or
+    as the argument of the first), then meets an idle GPU: `non_blocking=True` would overlap
+    it with nothing (BiSeNet's OHEM trainers)."""
     if not isinstance(region, (cst.For, cst.While)):
         return None
     start = facts.tree.order.get(copy, 0)
     heavy = [c for c in facts.tree.calls_within(region) if _heavy_call(facts, c, 0)]
-    if not heavy or any(facts.tree.order.get(c, 0) < start for c in heavy):
+    if not heavy or any(facts.tree.order.get(c, 0) < start and not facts.tree.is_inside(copy, c) for c in heavy):
         return None  # GPU work queued before the copy: a blocking copy waits for it
     last = max(facts.tree.order.get(c, 0) for c in heavy)
     for p in reversed(_sync_points(facts, region)):
