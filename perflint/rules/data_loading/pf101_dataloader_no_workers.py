@@ -325,7 +325,7 @@ class DataLoaderNoWorkers(Rule):
     (diffusers' DreamBooth datasets: class images are decoded per sample only with
     `class_data_root=args.class_data_dir if args.with_prior_preservation else None`, an
     option off by default), and a `collate_fn=lambda b: collate_fn(b, flag)` whose function
-    only stacks.
+    only stacks. Editing a caption string (`replace`, `join`) counts as indexing.
 
     ## References
     - PyTorch performance tuning guide, "Enable asynchronous data loading"
