@@ -301,6 +301,23 @@ class ProjectIndex:
                                   for cls in (summary.get("classes") or {}).values())
         return self._memo[key]
 
+    def builds_unpinnable(self, where: tuple[str, str], depth: int = 0) -> bool:
+        """Whether the project function at `where` builds, itself or through the project
+        functions it calls, an instance of a batch container that `pin_memory` cannot pin:
+        a class with `to` or `cuda` and no `pin_memory` method (DETR's `collate_fn` →
+        `nested_tensor_from_tensor_list` → `NestedTensor`)."""
+        got = self.entry(where)
+        if got is None or depth > MAX_DEPTH:
+            return False
+        kind, data = got
+        if kind == "class":
+            return unpinnable(data.get("methods") or {})
+        for ref in data.get("uses", ()):
+            w = self.resolve(where[0], ref)
+            if w is not None and w[1] and self.builds_unpinnable(w, depth + 1):
+                return True
+        return False
+
     def graph_collate_method(self, name: str) -> bool:
         """Whether the project's methods named `name` (some, and every one) return a DGL graph
         batch: `collate_fn=dataset.collate` on a dataset of a project class."""
@@ -596,6 +613,13 @@ class ProjectView:
         return bool(self._ask(("nogradc", symbol),
                               lambda: self.index.callers.called_without_grad((self.path, symbol)) or None))  # type: ignore[union-attr]
 
+    def builds_unpinnable(self, ref: str) -> bool:
+        """See `ProjectIndex.builds_unpinnable`."""
+        def compute():
+            w = self.index.resolve(self.path, ref)  # type: ignore[union-attr]
+            return bool(w is not None and w[1] and self.index.builds_unpinnable(w)) or None  # type: ignore[union-attr]
+        return bool(self._ask(("pinless", ref), compute))
+
     def narrow_copy_method(self, name: str) -> bool:
         """See `ProjectIndex.narrow_copy_method`."""
         return bool(self._ask(("narrow", name), lambda: self.index.narrow_copy_method(name)))  # type: ignore[union-attr]
@@ -648,6 +672,12 @@ def _rejects_non_blocking(method: dict | None) -> bool:
     return "non_blocking" not in (sig.get("pos") or []) + (sig.get("kwonly") or []) and not sig.get("varkw")
 
 
+def unpinnable(methods: dict) -> bool:
+    """A class's methods (summary form) copy it to a device (`to`/`cuda`) but cannot pin it
+    (no `pin_memory`): the DataLoader's pinning leaves it pageable."""
+    return "pin_memory" not in methods and ("to" in methods or "cuda" in methods)
+
+
 def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], view: ProjectView | None = None) -> str:
     """Re-ask `questions` (recorded keys) of `index` and hash the answers."""
     view = view if view is not None else ProjectView(index, path)
@@ -663,6 +693,7 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "rcuda": view.receives_cuda, "kwargs": view.kwargs_of, "stars": view.star_aliases,
                   "pmeth": view.param_method_kinds, "imeth": view.inherited_method_kinds,
                   "narrow": view.narrow_copy_method, "nogradc": view.called_without_grad,
+                  "pinless": view.builds_unpinnable,
                   "cfgfile": view.config_data, "outside": view.called_only_outside_training,
                   "unused": view.never_used, "ctor": view.only_while_building,
                   "graphm": view.graph_collate_method, "graphf": view.graph_collate}.get(kind)

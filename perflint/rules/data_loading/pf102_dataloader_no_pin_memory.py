@@ -13,6 +13,7 @@ from perflint.analysis.syntax import comments_in
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import trains_in
 from perflint.rules.data_loading.helpers import (
+    function_node,
     index_loader,
     collate_origin,
     dataloaders,
@@ -134,7 +135,10 @@ class DataLoaderNoPinMemory(Rule):
     pin_memory=True) else: DataLoader(...)`: the author pins only where workers load), nor
     for a loader whose arguments hold a commented-out `pin_memory` (`# pin_memory=True,`:
     the author turned it off), nor when the `collate_fn` batches DGL graphs, which
-    `pin_memory` cannot pin.
+    `pin_memory` cannot pin, nor when it builds (itself or through the functions it calls,
+    in this file or across the project) a batch object the DataLoader cannot pin: an instance
+    of a class that copies itself with `to`/`cuda` and has no `pin_memory()` method (DETR's
+    `NestedTensor`).
 
     ## References
     - PyTorch tutorial "A guide on good usage of non_blocking and pin_memory() in PyTorch"
@@ -171,6 +175,8 @@ class DataLoaderNoPinMemory(Rule):
                 continue  # the batch is a DGL graph: pinning leaves it (and its features) pageable
             if _pinning_commented_out(facts, call):
                 continue  # `# pin_memory=True,` among the arguments: the author turned it off
+            if _unpinnable_batch(facts, opts.get("collate_fn")):
+                continue  # the collate_fn may build a batch object `pin_memory` leaves pageable
             new = add_arg(call, make_kwarg("pin_memory", "True"))
             plan_msg = "Add `pin_memory=True`"
             if collate == "cpu" and dataset == "cpu" and not has_splat(call):
@@ -185,6 +191,44 @@ class DataLoaderNoPinMemory(Rule):
                 message = ("DataLoader without `pin_memory` in CUDA code: batches are copied to the GPU from "
                            "pageable memory, which blocks; pass `pin_memory=True` and copy with `non_blocking=True`")
             yield Violation(call.func, message, fix)
+
+
+def _unpinnable_batch(facts: Facts, collate_fn: cst.BaseExpression | None) -> bool:
+    """The collate_fn builds a batch container that the DataLoader cannot pin: an instance of
+    a class that copies itself to a device (`to`/`cuda`) and has no `pin_memory()` method
+    (DETR's `NestedTensor`). `pin_memory=True` leaves it in pageable memory. A collate
+    function of this file counts when it, or a function of this file it calls, builds such a
+    class of this file; one of another module when the project shows that it does."""
+    if collate_fn is None:
+        return False
+    fn = function_node(facts, collate_fn)
+    if isinstance(fn, (cst.FunctionDef, cst.Lambda)):
+        return _builds_unpinnable_here(facts, fn, _unpinnable_classes(facts), 0)
+    ref = facts.cross.project_ref(collate_fn)
+    return ref is not None and not ref.startswith("#") and facts.project is not None \
+        and facts.project.builds_unpinnable(ref)
+
+
+def _builds_unpinnable_here(facts: Facts, fn: cst.CSTNode, classes: set[str], depth: int) -> bool:
+    for c in facts.tree.calls_within(fn):
+        if not isinstance(c.func, cst.Name):
+            continue
+        if c.func.value in classes:
+            return True
+        helpers = facts.tree.functions_by_name.get(c.func.value, ())
+        if depth < 2 and len(helpers) == 1 and helpers[0] is not fn \
+                and _builds_unpinnable_here(facts, helpers[0], classes, depth + 1):
+            return True
+    return False
+
+
+def _unpinnable_classes(facts: Facts) -> set[str]:
+    out = set()
+    for cls in facts.tree.index[cst.ClassDef]:
+        methods = {f.name.value for f in getattr(cls.body, "body", ()) if isinstance(f, cst.FunctionDef)}
+        if "pin_memory" not in methods and methods & {"to", "cuda"}:
+            out.add(cls.name.value)
+    return out
 
 
 def _prepared_by_accelerate(facts: Facts, call: cst.Call) -> bool:
