@@ -19,6 +19,7 @@ from perflint.analysis import (
 from perflint.analysis.syntax import is_main_guard
 from perflint.analysis.vocab import _DTYPE_NAMES as DTYPES, Kind, SIZE_FACTORIES
 from perflint.rules.common import COMPREHENSIONS, param_for, runs_once, throttled_in_loop, trains_in
+from perflint.rules.data_loading.oneoff import consumed_in_call
 from perflint.rules.data_loading.origins import cuda_tensor_type
 
 
@@ -750,6 +751,9 @@ def read_cheaply(facts: Facts, call: cst.Call) -> bool:
             return False
         target = parent.targets[0].target
         sites = read_sites(facts, target.value, scope, facts.tree.order.get(target, 0), 0)
+        if sites is None and runs_once(facts, scope) and consumed_in_call(facts, target.value, scope,
+                                                                          facts.tree.order.get(target, 0)):
+            return True  # handed to an evaluator that lives only in this one-off function
     if sites and all(s[0] == "for" and isinstance(s[1], (cst.For, cst.While)) and facts.hotpath.after_training(s[1])
                      for s in sites):
         return True  # read only in a pass after the whole training (`if args.do_test:`), once per run
