@@ -275,7 +275,10 @@ class ItemInLoop(Rule):
     exchanges (`size_list = [int(s.item()) for s in size_list]` after `dist.all_gather(size_list,
     ...)`, then `max(size_list)`): the host needs them to allocate the receive buffers. Nor in a
     loop every iteration of which makes a blocking copy of host data that no rule reports
-    (`tokenizer(texts, return_tensors="pt").to(device)`, `torch.from_numpy(a).cuda()`): from
+    (`tokenizer(texts, return_tensors="pt").to(device)`, `torch.from_numpy(a).cuda()`), also
+    inside a function of this file the loop calls each time (`compute_embeddings_fn(text)`, a
+    `functools.partial` of a function whose `encode_prompt` copies `text_inputs.input_ids`,
+    outside any branch or loop of theirs): from
     pageable memory that copy waits for the GPU anyway, and one more read adds next to nothing;
     the same for a loop that fetches its batches from a loader Accelerate prepared (`for batch
     in loader`, `next(self.dl)` through a `cycle()` generator), which copies each batch to the

@@ -200,8 +200,9 @@ def collected_for_host(facts: Facts, node: cst.CSTNode) -> bool:
 
 
 def _tokenized(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool:
-    """`tokenizer(texts, padding=..., return_tensors="pt")`, or a name bound only to one: a
-    tokenizer's (or processor's) output, tensors it made on the host."""
+    """`tokenizer(texts, padding=..., return_tensors="pt")`, a name bound only to one, or
+    one of its fields (`.input_ids`): a tokenizer's (or processor's) output, tensors it made
+    on the host."""
     if isinstance(expr, cst.Call):
         arg = get_arg(expr, "return_tensors")
         return arg is not None and literal_value(arg.value) == "pt"
@@ -209,7 +210,13 @@ def _tokenized(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool:
         bs = facts.bindings.lookup(expr.value, expr)
         return bool(bs) and all(b.how == "expr" and b.node is not expr and _tokenized(facts, b.node, depth + 1)
                                 for b in bs)
+    if isinstance(expr, cst.Attribute) and expr.attr.value in _TOKENIZER_FIELDS:
+        return _tokenized(facts, expr.value, depth)  # `text_inputs.input_ids`
     return False
+
+
+# The tensors a tokenizer's output holds.
+_TOKENIZER_FIELDS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
 
 
 def _from_factory(facts: Facts, expr: cst.BaseExpression, depth: int) -> bool:
