@@ -490,3 +490,22 @@ def param_for(fn: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> str | None:
     positional = [a for a in call.args if a.keyword is None]
     i = positional.index(arg)
     return params[i].name.value if i < len(params) else None
+
+
+def local_function(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0) -> cst.FunctionDef | cst.Lambda | None:
+    """The function of this file that `expr` names: a lambda, a function defined once, or
+    one of those through names bound once and `functools.partial(f, ...)` (a collate_fn,
+    diffusers' `compute_embeddings_fn`); None when it is not known."""
+    if expr is None or depth > 4:
+        return None
+    if isinstance(expr, cst.Call) and call_name(expr) == "partial" and expr.args:
+        return local_function(facts, expr.args[0].value, depth + 1)
+    if isinstance(expr, cst.Name):
+        if expr.value in facts.tree.functions_by_name:
+            fns = facts.tree.functions_by_name[expr.value]
+            return fns[0] if len(fns) == 1 else None
+        bs = facts.bindings.lookup(expr.value, expr)
+        if len(bs) == 1 and bs[0].how == "expr":
+            return local_function(facts, bs[0].node, depth + 1)
+        return None
+    return expr if isinstance(expr, cst.Lambda) else None

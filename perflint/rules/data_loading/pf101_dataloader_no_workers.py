@@ -13,6 +13,7 @@ from perflint.analysis.configfiles import from_config_file
 from perflint.analysis.kinds import cheap_call
 from perflint.names import dotted
 from perflint.rules.base import FixClass, Rule, Violation
+from perflint.rules.common import local_function
 from perflint.rules.data_loading.helpers import (
     collate_origin,
     dataloaders,
@@ -177,25 +178,6 @@ def tokenised_text(facts: Facts, opts: dict) -> bool:
         and not per_sample_work(facts, opts, unbound=False)
 
 
-def _collate_function(facts: Facts, expr: cst.BaseExpression | None, depth: int):
-    """The function of this file a collate_fn names (through names bound once and
-    `functools.partial`), or None."""
-    if expr is None or depth > 4:
-        return None
-    if isinstance(expr, cst.Call) and call_name(expr) == "partial" and expr.args:
-        return _collate_function(facts, expr.args[0].value, depth + 1)
-    if isinstance(expr, cst.Name):
-        if expr.value in facts.tree.functions_by_name:
-            fns = facts.tree.functions_by_name[expr.value]
-            return fns[0] if len(fns) == 1 else None
-        bs = facts.bindings.lookup(expr.value, expr)
-        if len(bs) == 1 and bs[0].how == "expr":
-            return _collate_function(facts, bs[0].node, depth + 1)
-        return None
-    fn = function_node(facts, expr)
-    return fn if isinstance(fn, (cst.FunctionDef, cst.Lambda)) else None
-
-
 def per_sample_work(facts: Facts, opts: dict, unbound: bool = True) -> bool:
     """Evidence that producing a sample or a batch costs CPU time that worker processes could
     take over: a Dataset class of this file or the project whose items do more than index
@@ -224,7 +206,7 @@ def per_sample_work(facts: Facts, opts: dict, unbound: bool = True) -> bool:
             return True
         if any(a.keyword is not None and "transform" in a.keyword.value for a in node.args):
             return True
-    fn = _collate_function(facts, opts.get("collate_fn"), 0)
+    fn = local_function(facts, opts.get("collate_fn"))
     return fn is not None and not facts.kinds.pad_only_collate(fn)
 
 
@@ -319,8 +301,9 @@ class DataLoaderNoWorkers(Rule):
     batch 512 took 0.47–0.75 s with no workers and 0.66–0.90 s with 2, five alternating
     runs; torch 2.13, 2-core CPU, `python benchmarks/tensor_dataset_workers.py --repeats 5`;
     on an H200, a loader of host images that only indexes took 4.43 and 11.04 ms a step with
-    4 workers against 2.13 and 2.95 ms with none, both pinned,
-    `benchmarks/results/h200/pin_zero_workers/`). The same holds for a
+    4 workers against 2.13 and 2.95 ms with none, both pinned, `python
+    benchmarks/pin_zero_workers.py --steps 50 --repeats 5` and the same with `--batch-size 8
+    --side 512`, results in `benchmarks/results/h200/pin_zero_workers/`). The same holds for a
     Dataset class that prepares its samples in `__init__` and does costly work in
     `__getitem__` only under `if self.attr:` for an attribute this construction leaves None
     (diffusers' DreamBooth datasets: class images are decoded per sample only with

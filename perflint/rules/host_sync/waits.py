@@ -7,6 +7,7 @@ import libcst as cst
 
 from perflint.analysis import Facts, call_name
 from perflint.analysis.vocab import Kind
+from perflint.rules.common import local_function
 from perflint.rules.host_sync.helpers import (
     _group_of,
     _heavy_call,
@@ -42,7 +43,7 @@ def _callee_copies(facts: Facts, call: cst.Call, depth: int) -> bool:
     """`call` runs a function of this file (by name, or a `functools.partial` of one bound to
     a name once) that makes a blocking copy of host data each time it runs: in its own body,
     outside any branch or loop, or through such a call, two levels deep at most."""
-    fn = _local_function(facts, call.func, 0)
+    fn = local_function(facts, call.func)
     if fn is None:
         return False
     for c in facts.tree.calls_within(fn):
@@ -51,21 +52,6 @@ def _callee_copies(facts: Facts, call: cst.Call, depth: int) -> bool:
         if blocking_host_copy(facts, c) or (depth < 2 and _callee_copies(facts, c, depth + 1)):
             return True
     return False
-
-
-def _local_function(facts: Facts, func: cst.BaseExpression, depth: int) -> cst.FunctionDef | None:
-    if not isinstance(func, cst.Name) or depth > 2:
-        return None
-    fns = facts.tree.functions_by_name.get(func.value, ())
-    if len(fns) == 1:
-        return fns[0]
-    if fns:
-        return None
-    bs = facts.bindings.lookup(func.value, func)
-    if len(bs) == 1 and bs[0].how == "expr" and isinstance(bs[0].node, cst.Call) and bs[0].node.args \
-            and (facts.tree.qualname(bs[0].node.func) or call_name(bs[0].node)) in ("functools.partial", "partial"):
-        return _local_function(facts, bs[0].node.args[0].value, depth + 1)
-    return None
 
 
 def _elsewhere_each_time(facts: Facts, p: cst.CSTNode, region: cst.CSTNode, node: cst.CSTNode) -> bool:
