@@ -443,8 +443,11 @@ _DOC_BOUNDS = (
     re.compile(r"\b(?:py)?torch(?:\]\([^)\s]*\))?\s*\(?\s*(?:version\s*)?(?:>=|≥|=>)\s*v?(\d+)\.(\d+)", re.I),
     # An environment listed on one line: "Python 3.6.5, PyTorch 1.1.0, Numpy 1.16.3", "with
     # python version 3.6, PyTorch version 1.7.1, CUDA 11.0".
-    re.compile(r"(?:^|[,;])[ \t]*(?:py)?torch[ \t]*(?:version[ \t]*)?v?(\d+)\.(\d+)(?:\.\d+)*[ \t]*(?=[,;]|$)",
+    # ("8 NVIDIA V100 GPUs, CUDA 10.1/CuDNN 7.6.5, PyTorch 1.7.0.": the last item, then a full stop).
+    re.compile(r"(?:^|[,;])[ \t]*(?:py)?torch[ \t]*(?:version[ \t]*)?v?(\d+)\.(\d+)(?:\.\d+)*[ \t]*(?=[,;]|\.?[ \t]*$)",
                re.I | re.M),
+    # An install step that names the version: "6. Install [PyTorch 1.0]", "install PyTorch 1.4".
+    re.compile(r"\binstall\s+\[?(?:py)?torch\s+v?(\d+)\.(\d+)", re.I),
     re.compile(r"\bpytorch\s*v?(\d+)\.(\d+)(?:\.\d+)?\s*(?:\+|or\s+(?:later|higher|newer|above|greater)"
                r"|and\s+(?:later|above|higher|newer))", re.I),
     # A requirements list item ("* PyTorch 2.0", "- pytorch: 1.7.1", "1. PyTorch 1.8") and

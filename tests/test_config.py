@@ -274,6 +274,11 @@ def _pf402(root: Path, *args: str) -> bool:
         ({"README.md": "Python version 3.8, PyTorch version 2.5.1, CUDA 12.1.\n"}, True),
         ({"README.md": "* 64-bit Python 3.7 and PyTorch 1.7.1. See pytorch.org for install instructions.\n"}, False),
         ({"README.md": "Needs Python 3.10 and PyTorch 2.5 (CUDA 12).\n"}, True),
+        # The last item of such a list, ending the sentence; an install step naming a version.
+        ({"README.md": "Settings: 8 NVIDIA V100 GPUs, CUDA 10.1/CuDNN 7.6.5, PyTorch 1.7.0.\n"}, False),
+        ({"README.md": "Settings: 8 NVIDIA A100 GPUs, CUDA 12.1, PyTorch 2.5.1.\n"}, True),
+        ({"README.md": "5. Clone this repo\n6. Install [PyTorch 1.0]\n\n[pytorch 1.0]: https://pytorch.org\n"}, False),
+        ({"README.md": "Install PyTorch 2.5 with CUDA 12.\n"}, True),
         ({"README.md": "My environment is pytorch1.0 and python3.\n"}, False),
         ({"README.md": "Wheels: https://example.org/cu113/torch1.10/index.html and pytorch2.5.html\n"}, True),
         # Install notes kept as a getting-started page.
