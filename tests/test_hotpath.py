@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cli_support import run, write
-from fixture_support import FIXTURES
-from perflint.engine import LintOptions, lint_bytes
+from fixture_support import FIXTURES, options_for
+from perflint.engine import lint_bytes
 
 HELPER = """\
 import torch
@@ -79,7 +79,8 @@ PER_STEP = ("PF201", "PF202", "PF203", "PF204")
                                         and p.stem.split("_")[0].split(".")[0] in PER_STEP), ids=lambda p: p.name)
 def test_every_per_step_finding_carries_its_evidence(path: Path):
     code = path.stem.split("_")[0].split(".")[0]
-    result = lint_bytes(str(path), path.read_bytes(), LintOptions(codes=(code,), prefilter=False))
+    # the fixture's own options (`# fixture: target-torch=1.8`), as the fixture test reads them
+    result = lint_bytes(str(path), path.read_bytes(), options_for((code,), path.read_text()))
     expected = path.read_text().count(f"expect: {code}")
     assert len(result.diagnostics) == expected  # the fixture's own markers: the loop below checks something
     for d in result.diagnostics:

@@ -191,8 +191,9 @@ class BlockingHostToDeviceCopy(Rule):
     nor for a copy made before any GPU work of an iteration when every iteration ends, after
     its last backward or optimizer step, with a read back that no rule reports because a loss
     or layer whose `forward` waits runs in it too (`loss_avg.append(loss.item())` beside an
-    OHEM loss that branches on a tensor): the copy meets an idle GPU, and `non_blocking` would
-    overlap it with nothing,
+    OHEM loss that branches on a tensor), or a GradScaler steps an optimizer no rule fuses
+    (see PF201), or a `torch.cuda.synchronize()` runs on every iteration: the copy meets an
+    idle GPU, and `non_blocking` would overlap it with nothing,
     nor in the evaluation loop of a file that does not train when that loop runs once (a
     prediction script's `main`, also through a per-batch helper only that pass calls), or of a function or a branch that runs instead of training (`if not
     args.eval: train(args) else: test(args)`; an arm of `if args.test_only:` that ends in

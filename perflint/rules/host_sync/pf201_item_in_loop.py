@@ -10,7 +10,12 @@ from perflint.analysis import Facts, call_name, iter_nodes
 from perflint.rules.base import Rule, Violation
 from perflint.rules.common import param_for
 from perflint.rules.host_sync.values import gathered_size
-from perflint.rules.host_sync.waits import copy_waits_elsewhere, forward_waits_elsewhere
+from perflint.rules.host_sync.waits import (
+    copy_waits_elsewhere,
+    forward_waits_elsewhere,
+    scaler_waits_elsewhere,
+    synchronize_elsewhere,
+)
 from perflint.rules.host_sync.helpers import (
     feeds_environment,
     item_sync,
@@ -290,6 +295,16 @@ class ItemInLoop(Rule):
     hard-example loss), reads back or synchronizes, itself or in a layer it holds and calls
     each time (`self.criterion(out, y)`). No rule reports a wait inside a forward, so the step
     waits there whatever is fixed.
+    Nor in a loop whose every iteration steps a GradScaler (`scaler.step(optimizer)`, or a
+    callable scaler such as timm's `NativeScaler` given the optimizer) for an optimizer that is
+    not fused and that no rule fuses: GradScaler reads its inf check back before each such
+    step (`_maybe_opt_step` in `torch/amp/grad_scaler.py`). That is any optimizer before torch
+    1.13, and SGD, RMSprop and the like built without `fused`; not Adam or AdamW from torch
+    2.0, whose `fused=True` (PF302) lets the scaler step without reading back, nor a scaler
+    built with `enabled=False`. Nor in a loop that calls `torch.cuda.synchronize()` on every
+    iteration (MAE's and ConvNeXt's `train_one_epoch`, after the optimizer step): the
+    iteration drains the GPU there anyway, and the read alone gains nothing. PF202, when
+    selected, reports that synchronize; once it is gone, the read is reported.
 
     Reported only with evidence that the read runs on every step (the finding's `why`,
     shown by `perflint check --show-why`, in JSON and on hover): the training loop and its
@@ -341,6 +356,10 @@ class ItemInLoop(Rule):
                 continue  # a blocking copy of host data waits on every iteration anyway
             if forward_waits_elsewhere(facts, ctx.node, call) is not None:
                 continue  # a loss or layer called on every iteration waits inside its forward anyway
+            if scaler_waits_elsewhere(facts, ctx.node, call) is not None:
+                continue  # GradScaler reads its inf check back before each step of an unfused optimizer
+            if synchronize_elsewhere(facts, ctx.node, call) is not None:
+                continue  # the iteration drains the GPU at a `torch.cuda.synchronize()` anyway
             where = "training" if ctx.kind == "train" else "evaluation"
             yield Violation(
                 call.func.attr,

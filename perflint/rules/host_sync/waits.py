@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from perflint.analysis import Facts, call_name
+from perflint.analysis.syntax import get_arg, has_splat, literal_value
 from perflint.analysis.vocab import Kind
 from perflint.rules.common import local_function
 from perflint.rules.host_sync.helpers import (
@@ -196,6 +197,90 @@ def forward_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode
     return None
 
 
+def synchronize_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
+    """A `torch.cuda.synchronize()` on every iteration of `region`, apart from `node`: the
+    iteration drains the GPU there whatever becomes of `node`, so one more read back costs
+    next to nothing (MAE's and ConvNeXt's `train_one_epoch`).  PF202, when selected, reports
+    such a synchronize; once it is gone, the read is reported."""
+    for call in facts.tree.calls_within(region):
+        if facts.tree.qualname(call.func) != "torch.cuda.synchronize":
+            continue
+        ctx = facts.loops.iteration_context(call)
+        if ctx is not None and ctx.node is region and _elsewhere_each_time(facts, call, region, node):
+            return call
+    return None
+
+
+def scaler_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
+    """A GradScaler step on every iteration of `region`, outside `node`'s own wait, that reads
+    the scaler's inf check back before stepping (`scaler.step(optimizer)`, or a callable
+    scaler such as timm's and MAE's NativeScaler given the optimizer): GradScaler waits for
+    the GPU there unless the optimizer is fused, and no rule's advice makes it fused (PF302
+    advises `fused=True` only for Adam and AdamW, from torch 2.0).  The iteration then waits
+    there whatever is fixed, and one more read back costs next to nothing (as with
+    `forward_waits_elsewhere`)."""
+    own = _group_of(facts, region).get(node, [node])
+    for call in facts.tree.calls_within(region):
+        if call in own:
+            continue
+        ctx = facts.loops.iteration_context(call)
+        if ctx is None or ctx.node is not region or not _scaler_reads_back(facts, call):
+            continue
+        if _elsewhere_each_time(facts, call, region, node):
+            return call
+    return None
+
+
+def _scaler_reads_back(facts: Facts, call: cst.Call) -> bool:
+    if facts.steps.is_scaler_step(call):
+        if _scaler_disabled(facts, call.func.value):  # type: ignore[union-attr]
+            return False
+    elif facts.steps.is_scaler_call_step(call):
+        # `update_grad=(it + 1) % accum == 0`: the step (and its read) on some iterations only
+        grad = get_arg(call, "update_grad")
+        if grad is not None and literal_value(grad.value) is not True:
+            return False
+    else:
+        return False
+    opts = [a.value for a in call.args if a.keyword is None and not a.star
+            and facts.kinds.has_kind(a.value, Kind.OPTIMIZER)]
+    return len(opts) == 1 and _steps_unfused(facts, opts[0])
+
+
+# GradScaler leaves the inf check to an optimizer built with `fused=True` (Adam from torch
+# 1.13): before that version every optimizer step through a scaler reads it back.
+_FIRST_FUSED = (1, 13)
+_PF302_FUSES = ("torch.optim.Adam", "torch.optim.AdamW")
+
+
+def _steps_unfused(facts: Facts, opt: cst.BaseExpression) -> bool:
+    """The optimizer `opt` holds is not fused and no finding makes it so: any optimizer when
+    the target torch has no fused ones, else one bound once to a `torch.optim` constructor
+    without `fused`, other than the Adam and AdamW that PF302 would fuse."""
+    if facts.target_torch < _FIRST_FUSED:
+        return True
+    bindings = _bindings_of(facts, opt)
+    if len(bindings) != 1 or bindings[0].how != "expr" or not isinstance(bindings[0].node, cst.Call):
+        return False
+    made = bindings[0].node
+    q = facts.tree.qualname(made.func) or ""
+    if not q.startswith("torch.optim.") or has_splat(made):
+        return False
+    fused = get_arg(made, "fused")
+    if fused is not None and literal_value(fused.value) is not False:
+        return False
+    return q not in _PF302_FUSES or facts.target_torch < (2, 0)
+
+
+def _scaler_disabled(facts: Facts, scaler: cst.BaseExpression) -> bool:
+    """`scaler` is bound once to a GradScaler built with `enabled=False`: its step only steps."""
+    bindings = _bindings_of(facts, scaler)
+    if len(bindings) != 1 or bindings[0].how != "expr" or not isinstance(bindings[0].node, cst.Call):
+        return False
+    enabled = get_arg(bindings[0].node, "enabled")
+    return enabled is not None and literal_value(enabled.value) is False
+
+
 def _forward_syncs(facts: Facts, call: cst.Call) -> bool:
     """`call` calls an instance of a class (of this file or the project) whose `forward`
     waits for the GPU each time it runs."""
@@ -226,10 +311,13 @@ def drained_at_iteration_end(facts: Facts, region: cst.CSTNode, copy: cst.CSTNod
     """The loop `region` ends each iteration with a read back that stays: after its last
     heavy GPU work (backward, an optimizer step, a model call) it reads a value every time
     (`loss_avg.append(loss.item())`), and a loss or layer whose `forward` waits runs in the
-    same iteration (`forward_waits_elsewhere`), so PF201 leaves that read alone and no fix
-    removes it.  The next iteration's `copy` to the device, made before any heavy work (or
-    as the argument of the first), then meets an idle GPU: `non_blocking=True` would overlap
-    it with nothing (BiSeNet's OHEM trainers)."""
+    same iteration (`forward_waits_elsewhere`), or a GradScaler steps an unfused optimizer
+    (`scaler_waits_elsewhere`), or a `torch.cuda.synchronize()` runs on every iteration (a
+    synchronize after that work drains the GPU by itself), so PF201 leaves that read alone
+    and no fix removes it.  The next iteration's `copy` to the device, made before any heavy
+    work (or as the argument of the first), then meets an idle GPU: `non_blocking=True`
+    would overlap it with nothing (BiSeNet's OHEM trainers and `train_amp.py`; Pytorch-UNet's
+    AMP loop, RMSprop through a GradScaler)."""
     if not isinstance(region, (cst.For, cst.While)):
         return None
     start = facts.tree.order.get(copy, 0)
@@ -240,10 +328,13 @@ def drained_at_iteration_end(facts: Facts, region: cst.CSTNode, copy: cst.CSTNod
     for p in reversed(_sync_points(facts, region)):
         if facts.tree.order.get(p, 0) <= last:
             return None  # heavy work after the last read: the GPU is busy at the next copy
-        if not isinstance(p, cst.Call) or call_name(p) != "item":
+        if not isinstance(p, cst.Call) or _optional(facts, p, region) or not _every_iteration(facts, p, region):
             continue
-        if _optional(facts, p, region) or not _every_iteration(facts, p, region):
+        if facts.tree.qualname(p.func) == "torch.cuda.synchronize":
+            return p  # the iteration ends by draining the GPU itself
+        if call_name(p) != "item":
             continue
-        if forward_waits_elsewhere(facts, region, p) is not None:
+        if forward_waits_elsewhere(facts, region, p) is not None or scaler_waits_elsewhere(facts, region, p) is not None \
+                or synchronize_elsewhere(facts, region, p) is not None:
             return p
     return None
