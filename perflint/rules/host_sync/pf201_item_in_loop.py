@@ -280,7 +280,9 @@ class ItemInLoop(Rule):
     exchanges (`size_list = [int(s.item()) for s in size_list]` after `dist.all_gather(size_list,
     ...)`, then `max(size_list)`): the host needs them to allocate the receive buffers. Nor in a
     loop every iteration of which makes a blocking copy of host data that no rule reports
-    (`tokenizer(texts, return_tensors="pt").to(device)`, `torch.from_numpy(a).cuda()`), also
+    (`tokenizer(texts, return_tensors="pt").to(device)`, `torch.from_numpy(a).cuda()`, and
+    through a legacy CUDA tensor type: `Tensor(np.random.normal(...))` or `imgs.type(Tensor)`
+    with `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`), also
     inside a function of this file the loop calls each time (`compute_embeddings_fn(text)`, a
     `functools.partial` of a function whose `encode_prompt` copies `text_inputs.input_ids`,
     outside any branch or loop of theirs): from

@@ -150,6 +150,8 @@ def blocking_host_copy(facts: Facts, call: cst.Call) -> bool:
     on the host (`torch.tensor(...)`, `torch.from_numpy(...)`): not pinned, so the copy waits
     for everything queued before it.  Not a loader's batch (`torch.LongTensor(labels)`): that
     copy is PF105's to make asynchronous."""
+    if _legacy_cuda_copy(facts, call):
+        return True
     name = call_name(call)
     if name not in ("to", "cuda") or not isinstance(call.func, cst.Attribute) or get_arg(call, "non_blocking") \
             or any(a.star for a in call.args):
@@ -180,6 +182,42 @@ def blocking_host_copy(facts: Facts, call: cst.Call) -> bool:
 # The legacy tensor types of the CPU (`torch.cuda.LongTensor` is the GPU's).
 _HOST_TENSOR_TYPES = frozenset(f"torch.{t}Tensor" for t in ("Float", "Double", "Half", "BFloat16", "Byte", "Char",
                                                             "Short", "Int", "Long", "Bool"))
+_CUDA_TENSOR_TYPES = frozenset("torch.cuda." + t[len("torch."):] for t in _HOST_TENSOR_TYPES)
+
+
+def _legacy_cuda_copy(facts: Facts, call: cst.Call) -> bool:
+    """A copy of host data to the GPU through a legacy CUDA tensor type, which blocks:
+    `Tensor(np.random.normal(0, 1, shape))` (a numpy array) or `imgs.type(Tensor)` (a loader's
+    batch, a CPU tensor), where `Tensor` is `torch.cuda.FloatTensor` or a name bound once to
+    `torch.cuda.FloatTensor if cuda else torch.FloatTensor` (PyTorch-GAN's scripts: on the CPU
+    arm nothing runs on a GPU at all).  No rule reports these copies."""
+    if isinstance(call.func, cst.Attribute) and call_name(call) == "type":
+        if len(call.args) != 1 or call.args[0].keyword is not None or not _cuda_tensor_type(facts, call.args[0].value):
+            return False
+        kinds = facts.kinds.of(call.func.value)
+        return bool(kinds & {Kind.BATCH, Kind.CPU_TENSOR, Kind.NUMPY}) and Kind.DEVICE_TENSOR not in kinds
+    if not _cuda_tensor_type(facts, call.func) or len(call.args) != 1 or call.args[0].keyword is not None:
+        return False
+    arg = call.args[0].value
+    return Kind.NUMPY in facts.kinds.of(arg) or (
+        isinstance(arg, cst.Call) and (facts.tree.qualname(arg.func) or "").startswith("numpy."))
+
+
+def _cuda_tensor_type(facts: Facts, expr: cst.BaseExpression) -> bool:
+    """`expr` names a legacy CUDA tensor type, itself or through a name bound once to one, or
+    to a conditional choice between it and a CPU type."""
+    if (facts.tree.qualname(expr) or "") in _CUDA_TENSOR_TYPES:
+        return True
+    if not isinstance(expr, cst.Name):
+        return False
+    bindings = facts.bindings.lookup(expr.value, expr)
+    if len(bindings) != 1 or bindings[0].how != "expr":
+        return False
+    made = bindings[0].node
+    arms = [made.body, made.orelse] if isinstance(made, cst.IfExp) else [made]
+    types = [facts.tree.qualname(a) or "" for a in arms]
+    return all(t in _CUDA_TENSOR_TYPES or t in _HOST_TENSOR_TYPES or t == "torch.Tensor" for t in types) \
+        and any(t in _CUDA_TENSOR_TYPES for t in types)
 
 
 def collected_for_host(facts: Facts, node: cst.CSTNode) -> bool:
