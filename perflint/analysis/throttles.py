@@ -222,7 +222,8 @@ class Throttles(Component):
 
     def _periodic(self, test: cst.BaseExpression, depth: int = 0) -> bool:
         """A test that is true on few iterations: `step % k == 0`, `divisible_by(step, k)`,
-        a flag named or bound like one (`should_log`, `log_now`), a diagnostic option
+        a flag named or bound like one (`should_log`, `log_now`) or a call of a predicate so
+        named (`metrics.should_log(step)`), a diagnostic option
         (`args.debug`), `not` of a test true on most iterations, `a or b` of such tests."""
         while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             return self._mostly(test.expression, depth)
@@ -239,7 +240,9 @@ class Throttles(Component):
                 return self.is_throttled_test(test, depth)  # `it == last`, `i == 0`
             return False
         if isinstance(test, cst.Call):
-            return self._is_modulo_helper(test)
+            # `divisible_by(step, k)`, or a predicate named like a throttle flag:
+            # `self.metrics_processor.should_log(self.step)` (torchtitan's trainers)
+            return self._is_modulo_helper(test) or bool(_THROTTLE_NAMES.search((call_name(test) or "").lower()))
         if isinstance(test, cst.Name):
             return bool(_THROTTLE_NAMES.search(test.value.lower())) or self._throttle_flag(test, depth)
         if isinstance(test, cst.Attribute):
