@@ -57,10 +57,10 @@ def test_second_run_reads_from_the_cache_and_gives_identical_output(proj, analys
 
 
 def test_editing_a_file_misses_for_that_file_only(proj, analysed):
-    run("check", "-j1")
+    run("check", "--extend-select", "PF402", "-j1")
     analysed.clear()
     (proj / "c.py").write_text(CLEAN + AMP)
-    r = run("check", "-j1", "--output-format", "concise")
+    r = run("check", "--extend-select", "PF402", "-j1", "--output-format", "concise")
     assert analysed == ["c.py"]
     assert "c.py:6:10: PF402" in r.stdout
 
@@ -68,14 +68,14 @@ def test_editing_a_file_misses_for_that_file_only(proj, analysed):
 def test_one_cache_serves_every_format(proj, analysed):
     """A `full` run fills the cache; every other format (json with its fix edits included)
     is answered from it, with the output of an uncached run."""
-    run("check", "-j1")
+    run("check", "--extend-select", "PF402", "-j1")
     assert sorted(analysed) == ["a.py", "b.py", "c.py"]
     for fmt in ("concise", "json", "sarif", "github", "full"):
         analysed.clear()
-        cached = run("check", "--output-format", fmt, "-j1")
+        cached = run("check", "--extend-select", "PF402", "--output-format", fmt, "-j1")
         assert analysed == [], fmt
-        assert cached.stdout == run("check", "--output-format", fmt, "-j1", "--no-cache").stdout, fmt
-    edits = json.loads(run("check", "--output-format", "json", "-j1").stdout)[0]["fix"]["edits"]
+        assert cached.stdout == run("check", "--extend-select", "PF402", "--output-format", fmt, "-j1", "--no-cache").stdout, fmt
+    edits = json.loads(run("check", "--extend-select", "PF402", "--output-format", "json", "-j1").stdout)[0]["fix"]["edits"]
     assert edits, "the cached JSON still carries the fix's edits"
 
 
@@ -128,16 +128,16 @@ def test_files_with_errors_are_not_cached(proj, analysed):
 
 
 def test_a_corrupt_cache_is_ignored_and_replaced(proj, analysed):
-    run("check", "-j1")
+    run("check", "--extend-select", "PF402", "-j1")
     db = proj / ".perflint_cache" / "cache.sqlite3"
     assert db.is_file()
     db.write_bytes(b"not a database, damaged" * 100)
     analysed.clear()
-    r = run("check", "-j1", "--output-format", "concise")
+    r = run("check", "--extend-select", "PF402", "-j1", "--output-format", "concise")
     assert sorted(analysed) == ["a.py", "b.py", "c.py"]
     assert "a.py:3:10: PF402" in r.stdout
     analysed.clear()
-    run("check", "-j1")  # the damaged file was replaced by a working cache
+    run("check", "--extend-select", "PF402", "-j1")  # the damaged file was replaced by a working cache
     assert analysed == []
 
 
@@ -203,7 +203,7 @@ def test_a_cache_folder_that_cannot_be_made_costs_only_the_cache(tmp_path):
 def test_a_run_whose_cache_cannot_be_written_still_reports(proj, tmp_path):
     blocker = tmp_path / "blocker"
     blocker.write_text("")
-    r = run("check", "-j1", "--output-format", "concise", env={"PERFLINT_CACHE_DIR": str(blocker / "cache")})
+    r = run("check", "--extend-select", "PF402", "-j1", "--output-format", "concise", env={"PERFLINT_CACHE_DIR": str(blocker / "cache")})
     assert r.exit_code == 1 and "a.py:3:10: PF402" in r.stdout
 
 
@@ -217,11 +217,11 @@ def test_cache_dir_from_the_environment(proj, tmp_path_factory):
 
 def test_a_run_from_a_sub_folder_uses_the_project_roots_cache(proj, analysed, monkeypatch):
     write(proj, {"sub/d.py": AMP})
-    run("check", "-j1")
+    run("check", "--extend-select", "PF402", "-j1")
     assert (proj / ".perflint_cache" / "cache.sqlite3").is_file()
     analysed.clear()
     monkeypatch.chdir(proj / "sub")
-    r = run("check", "-j1", "d.py", "--output-format", "concise")
+    r = run("check", "--extend-select", "PF402", "-j1", "d.py", "--output-format", "concise")
     assert "d.py:3:10: PF402" in r.stdout
     assert analysed == []  # answered from the cache the run at the root filled
     assert not (proj / "sub" / ".perflint_cache").exists()

@@ -38,7 +38,7 @@ def test_clean_tree_exits_0_and_says_so(proj):
 
 def test_findings_exit_1(proj):
     write(proj, {"a.py": AMP})
-    r = run("check", "--no-cache")
+    r = run("check", "--extend-select", "PF402", "--no-cache")
     assert r.exit_code == 1
     assert "PF402" in r.stdout
 
@@ -65,7 +65,7 @@ def test_unknown_option_and_bad_selector_are_usage_errors(proj):
 
 def test_default_path_is_the_current_folder(proj):
     write(proj, {"pkg/a.py": AMP})
-    r = run("check", "--output-format", "json")
+    r = run("check", "--extend-select", "PF402", "--output-format", "json")
     assert codes(r) == [(os.path.join("pkg", "a.py"), "PF402")]
 
 
@@ -99,12 +99,15 @@ def test_select_ignore_and_prefixes(proj):
 
 def test_default_set_is_the_rules_marked_default(proj, monkeypatch):
     registry = all_rules()
-    write(proj, {"amp.py": AMP})
-    assert "PF402" in _json_codes()
-    # Turning PF402's default off removes it from a run without --select.
-    monkeypatch.setattr(registry["PF402"], "default", False)
+    write(proj, {"amp.py": AMP, "loader.py": LOADER})
+    assert "PF101" in _json_codes()
+    # PF402 (a maintenance rule) is off by default: only --extend-select adds it.
     assert "PF402" not in _json_codes()
     assert "PF402" in _json_codes("--extend-select", "PF402")
+    # Turning PF101's default off removes it from a run without --select.
+    monkeypatch.setattr(registry["PF101"], "default", False)
+    assert "PF101" not in _json_codes()
+    assert "PF101" in _json_codes("--extend-select", "PF101")
 
 
 # ---------------------------------------------------------------------------------------
@@ -243,7 +246,7 @@ def test_sarif_format_has_what_code_scanning_requires(proj):
 def test_sarif_for_a_file_outside_the_current_folder_uses_an_absolute_uri(tmp_path, monkeypatch):
     write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "src/a.py": AMP, "elsewhere/x": ""})
     monkeypatch.chdir(tmp_path / "elsewhere")
-    r = run("check", "--output-format", "sarif", str(tmp_path / "src"))
+    r = run("check", "--extend-select", "PF402", "--output-format", "sarif", str(tmp_path / "src"))
     doc = json.loads(r.stdout)
     _check_sarif(doc)
     art = doc["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]
@@ -328,7 +331,7 @@ def test_same_output_with_one_or_two_jobs_and_across_runs(proj, fmt):
 def test_python_dash_m_perflint(tmp_path):
     write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "a.py": AMP})
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    p = subprocess.run([sys.executable, "-m", "perflint", "check", "--no-cache", "--output-format", "concise", "a.py"],
+    p = subprocess.run([sys.executable, "-m", "perflint", "check", "--extend-select", "PF402", "--no-cache", "--output-format", "concise", "a.py"],
                        cwd=tmp_path, capture_output=True, text=True, env=env)
     assert p.returncode == 1, p.stderr
     assert p.stdout.startswith("a.py:3:10: PF402")

@@ -46,7 +46,7 @@ def repo(tmp_path):
     write(tmp_path, {
         ".git/HEAD": "",
         ".gitignore": "generated/\n",
-        "pyproject.toml": '[tool.perflint]\nextend-exclude = ["vendored/"]\n',
+        "pyproject.toml": '[tool.perflint]\nextend-select = ["PF402"]\nextend-exclude = ["vendored/"]\n',
         "a.py": AMP,
         "clean.py": CLEAN,
         "nb.ipynb": notebook(("code", AMP)),
@@ -197,6 +197,7 @@ def test_readme_precommit_config_runs_under_pre_commit(tmp_path):
     assert sh("git", "init", "-q").returncode == 0
     (repo / ".pre-commit-config.yaml").write_text(_readme_config(checkout), encoding="utf-8")
     (repo / "train.py").write_text(AMP, encoding="utf-8")
+    (repo / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF402"]\n', encoding="utf-8")
     sh("git", "add", ".")
     precommit = [sys.executable, "-m", "pre_commit"]
     p = sh(*precommit, "run", "perflint", "--files", "train.py")

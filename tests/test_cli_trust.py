@@ -163,11 +163,11 @@ def test_the_schema_rejects_what_sarif_forbids():
 
 def test_output_file_takes_the_report(proj):
     write(proj, {"a.py": AMP})
-    r = run("check", "--no-cache", "--output-format", "concise", "-o", "report.txt")
+    r = run("check", "--extend-select", "PF402", "--no-cache", "--output-format", "concise", "-o", "report.txt")
     assert r.exit_code == 1 and "PF402" not in r.stdout
     report = (proj / "report.txt").read_text()
     assert "a.py:3:10: PF402" in report and "Found 1 finding." in report
-    r = run("check", "--no-cache", "--output-format", "json", "--output-file", "out/r.json")
+    r = run("check", "--extend-select", "PF402", "--no-cache", "--output-format", "json", "--output-file", "out/r.json")
     assert r.exit_code == 2 and "report.json" not in r.stderr  # a folder that does not exist: one error line
     assert "cannot write the report" in r.stderr
 

@@ -103,11 +103,11 @@ def test_per_file_ignores_match_as_excludes_do(root):
 
 def test_exclude_and_extend_exclude(root):
     write(root, {
-        "pyproject.toml": '[tool.perflint]\nextend-exclude = ["gen/", "*_pb2.py"]\n',
+        "pyproject.toml": '[tool.perflint]\nextend-select = ["PF402"]\nextend-exclude = ["gen/", "*_pb2.py"]\n',
         "a.py": AMP, "gen/b.py": AMP, "x_pb2.py": AMP, "build/c.py": AMP,
     })
     assert findings() == [("a.py", "PF402")]  # build/ is a default exclude
-    write(root, {"pyproject.toml": '[tool.perflint]\nexclude = ["gen"]\n'})
+    write(root, {"pyproject.toml": '[tool.perflint]\nextend-select = ["PF402"]\nexclude = ["gen"]\n'})
     # `exclude` replaces the defaults: build/ is checked again.
     assert findings() == [("a.py", "PF402"), ("build/c.py", "PF402"), ("x_pb2.py", "PF402")]
     # A file named on the command line is checked even when excluded...
@@ -117,9 +117,10 @@ def test_exclude_and_extend_exclude(root):
 
 
 def test_respect_gitignore_false(root):
-    write(root, {"pyproject.toml": "[tool.perflint]\n", ".gitignore": "ignored.py\n", "ignored.py": AMP})
+    write(root, {"pyproject.toml": '[tool.perflint]\nextend-select = ["PF402"]\n', ".gitignore": "ignored.py\n",
+                 "ignored.py": AMP})
     assert findings() == []
-    write(root, {"pyproject.toml": "[tool.perflint]\nrespect-gitignore = false\n"})
+    write(root, {"pyproject.toml": '[tool.perflint]\nextend-select = ["PF402"]\nrespect-gitignore = false\n'})
     assert findings() == [("ignored.py", "PF402")]
 
 
@@ -179,7 +180,7 @@ def test_broken_config_is_one_line_naming_file_and_key(root, toml, key, cause):
         "good/pyproject.toml": "[tool.perflint]\n", "good/a.py": AMP,
         "bad/pyproject.toml": toml, "bad/b.py": AMP,
     })
-    r = run("check", "--no-cache", "--output-format", "concise")
+    r = run("check", "--extend-select", "PF402", "--no-cache", "--output-format", "concise")
     assert r.exit_code == 2
     assert "Traceback" not in r.output
     lines = [line for line in r.stderr.splitlines() if line.strip()]

@@ -48,7 +48,9 @@ if __name__ == "__main__":
     main()
 '''
 EXPECTED = {"PF101", "PF102", "PF105", "PF201", "PF302", "PF402"}
-PYPROJECT = '[project]\nname = "demo"\ndependencies = ["torch>=2.4"]\n'
+# PF402 (a maintenance rule) is off by default: the workspace selects it, as a user would.
+PROJECT = '[project]\nname = "demo"\ndependencies = ["torch>=2.4"]\n'
+PYPROJECT = PROJECT + '[tool.perflint]\nextend-select = ["PF402"]\n'
 
 
 def _codes(diags) -> set[str]:
@@ -263,19 +265,19 @@ async def test_fix_all_applies_safe_fixes_only(client: LanguageClient, tmp_path)
 async def test_pyproject_change_reselects_rules(client: LanguageClient, tmp_path):
     uri = open_doc(client, tmp_path / "train.py", TRAIN)
     await wait_diagnostics(client, uri, lambda d: _codes(d) == EXPECTED)
-    (tmp_path / "pyproject.toml").write_text(PYPROJECT + '\n[tool.perflint]\nignore = ["PF2", "PF101"]\n')
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT + 'ignore = ["PF2", "PF101"]\n')
     client.workspace_did_change_watched_files(lsp.DidChangeWatchedFilesParams(changes=[
         lsp.FileEvent(uri=(tmp_path / "pyproject.toml").as_uri(), type=lsp.FileChangeType.Changed)]))
     diags = await wait_diagnostics(client, uri, lambda d: "PF201" not in _codes(d))
     assert _codes(diags) == EXPECTED - {"PF201", "PF101"}
     # A broken configuration is reported on the document, and the server keeps going.
-    (tmp_path / "pyproject.toml").write_text(PYPROJECT + '\n[tool.perflint]\nselect = ["PF999"]\n')
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT + 'select = ["PF999"]\n')
     client.workspace_did_change_watched_files(lsp.DidChangeWatchedFilesParams(changes=[
         lsp.FileEvent(uri=(tmp_path / "pyproject.toml").as_uri(), type=lsp.FileChangeType.Changed)]))
     diags = await wait_diagnostics(client, uri, lambda d: _codes(d) == {"config-error"})
     assert "PF999" in diags[0].message
     # Saving pyproject.toml in the editor reloads it too.
-    (tmp_path / "pyproject.toml").write_text(PYPROJECT + '\n[tool.perflint]\nselect = ["PF1"]\n')
+    (tmp_path / "pyproject.toml").write_text(PROJECT + '[tool.perflint]\nselect = ["PF1"]\n')
     client.text_document_did_save(lsp.DidSaveTextDocumentParams(
         text_document=lsp.TextDocumentIdentifier(uri=(tmp_path / "pyproject.toml").as_uri())))
     diags = await wait_diagnostics(client, uri, lambda d: "config-error" not in _codes(d))

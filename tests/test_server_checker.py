@@ -109,6 +109,7 @@ def test_notebook_fixes_stay_in_their_cells(tmp_path):
     cells = [("code", "import torch\n"), ("markdown", "# title"),
              ("code", "scaler = torch.cuda.amp.GradScaler()\nprint(scaler)\n")]
     doc = Doc(key="nb", path=str(tmp_path / "nb.ipynb"), version=1, cells=cells)
+    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF402"]\n')
     checker = Checker(folders=[str(tmp_path)])
     report = checker.check(doc)
     (d,) = [d for d in report.diagnostics if d.code == "PF402"]

@@ -73,6 +73,13 @@ class DeprecatedAmpApi(Rule):
     the versions the code still supports. Not in the `except` of a `try` that already uses
     `torch.amp` (a fallback for a torch that lacks it, which a torch of the target never runs).
 
+    **Off by default** (`extend-select = ["PF402"]` turns it on). It is a maintenance rule,
+    and strict review of whole repositories counts a finding right only when it costs time:
+    the old and new APIs run the same kernels (the old `autocast` costs about 2 µs more per
+    entry, 5.15 against 3.20 µs, torch 2.13 on a 2-core CPU). The reviewers of sets X and Z and
+    of diffusers' sample counted all 14 of its findings false for that reason; earlier sets,
+    which read it as a safe fix to a deprecated API, had counted 0.92 and 1.00 right.
+
     ## References
     - `torch/cuda/amp/autocast_mode.py`, `torch/cuda/amp/grad_scaler.py` (2.13)
     - PyTorch AMP documentation, `torch.amp`
@@ -83,6 +90,7 @@ class DeprecatedAmpApi(Rule):
     summary = "deprecated torch.cuda.amp / torch.cpu.amp API"
     fix_class = FixClass.SAFE
     min_torch = (2, 4)
+    default = False  # a maintenance rule: strict whole-repository reviews count it as costing no time
     tokens = (b"amp",)
     editor_tags = (EditorTag.DEPRECATED,)
 
