@@ -185,12 +185,19 @@ def forward_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode
     rule reports a wait inside a forward, so the iteration waits there whatever is fixed, and
     the host never runs ahead of the GPU by more than that: one more read back costs next to
     nothing (as with `copy_waits_elsewhere`)."""
-    own = _group_of(facts, region).get(node, [node])
+    return _waits_each_time(facts, region, node, lambda call: isinstance(call.func, (cst.Name, cst.Attribute))
+                            and _forward_syncs(facts, call))
+
+
+def _waits_each_time(facts: Facts, region: cst.CSTNode, node: cst.CSTNode, waits, own_group: bool = True):
+    """The first call of `region` that `waits` and runs on every iteration apart from `node`
+    (with `own_group`, also outside the reads that wait together with `node`)."""
+    own = _group_of(facts, region).get(node, [node]) if own_group else [node]
     for call in facts.tree.calls_within(region):
-        if call in own or not isinstance(call.func, (cst.Name, cst.Attribute)):
+        if call in own:
             continue
         ctx = facts.loops.iteration_context(call)
-        if ctx is None or ctx.node is not region or not _forward_syncs(facts, call):
+        if ctx is None or ctx.node is not region or not waits(call):
             continue
         if _elsewhere_each_time(facts, call, region, node):
             return call
@@ -202,13 +209,8 @@ def synchronize_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) 
     iteration drains the GPU there whatever becomes of `node`, so one more read back costs
     next to nothing (MAE's and ConvNeXt's `train_one_epoch`).  PF202, when selected, reports
     such a synchronize; once it is gone, the read is reported."""
-    for call in facts.tree.calls_within(region):
-        if facts.tree.qualname(call.func) != "torch.cuda.synchronize":
-            continue
-        ctx = facts.loops.iteration_context(call)
-        if ctx is not None and ctx.node is region and _elsewhere_each_time(facts, call, region, node):
-            return call
-    return None
+    return _waits_each_time(facts, region, node, lambda call: facts.tree.qualname(call.func) == "torch.cuda.synchronize",
+                            own_group=False)
 
 
 def scaler_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -219,16 +221,7 @@ def scaler_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode)
     advises `fused=True` only for Adam and AdamW, from torch 2.0).  The iteration then waits
     there whatever is fixed, and one more read back costs next to nothing (as with
     `forward_waits_elsewhere`)."""
-    own = _group_of(facts, region).get(node, [node])
-    for call in facts.tree.calls_within(region):
-        if call in own:
-            continue
-        ctx = facts.loops.iteration_context(call)
-        if ctx is None or ctx.node is not region or not _scaler_reads_back(facts, call):
-            continue
-        if _elsewhere_each_time(facts, call, region, node):
-            return call
-    return None
+    return _waits_each_time(facts, region, node, lambda call: _scaler_reads_back(facts, call))
 
 
 def _scaler_reads_back(facts: Facts, call: cst.Call) -> bool:
