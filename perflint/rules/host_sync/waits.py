@@ -252,10 +252,9 @@ def _steps_unfused(facts: Facts, opt: cst.BaseExpression) -> bool:
     without `fused`, other than the Adam and AdamW that PF302 would fuse."""
     if facts.target_torch < _FIRST_FUSED:
         return True
-    bindings = _bindings_of(facts, opt)
-    if len(bindings) != 1 or bindings[0].how != "expr" or not isinstance(bindings[0].node, cst.Call):
+    made = _made_once(facts, opt)
+    if made is None:
         return False
-    made = bindings[0].node
     q = facts.tree.qualname(made.func) or ""
     if not q.startswith("torch.optim.") or has_splat(made):
         return False
@@ -267,11 +266,17 @@ def _steps_unfused(facts: Facts, opt: cst.BaseExpression) -> bool:
 
 def _scaler_disabled(facts: Facts, scaler: cst.BaseExpression) -> bool:
     """`scaler` is bound once to a GradScaler built with `enabled=False`: its step only steps."""
-    bindings = _bindings_of(facts, scaler)
-    if len(bindings) != 1 or bindings[0].how != "expr" or not isinstance(bindings[0].node, cst.Call):
-        return False
-    enabled = get_arg(bindings[0].node, "enabled")
+    made = _made_once(facts, scaler)
+    enabled = get_arg(made, "enabled") if made is not None else None
     return enabled is not None and literal_value(enabled.value) is False
+
+
+def _made_once(facts: Facts, expr: cst.BaseExpression) -> cst.Call | None:
+    """The call a name (or a `self.` attribute) is bound to, when it is bound once, to a call."""
+    bindings = _bindings_of(facts, expr)
+    if len(bindings) != 1 or bindings[0].how != "expr" or not isinstance(bindings[0].node, cst.Call):
+        return None
+    return bindings[0].node
 
 
 def _forward_syncs(facts: Facts, call: cst.Call) -> bool:
