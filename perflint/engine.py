@@ -126,10 +126,18 @@ def _cpython_syntax_error(text: str) -> str | None:
             warnings.simplefilter("ignore")
             ast.parse(text)
     except SyntaxError as exc:
-        return f"line {exc.lineno or 1}, column {exc.offset or 1}: {exc.msg}"
+        hint = ""
+        if _ASYNC_KEYWORD.search(exc.text or ""):
+            # torch 0.3's `.cuda(async=True)`: the keyword became `non_blocking` in 0.4
+            hint = " (`async` is a reserved word since Python 3.7: write `non_blocking=True`, its name since torch 0.4)"
+        return f"line {exc.lineno or 1}, column {exc.offset or 1}: {exc.msg}{hint}"
     except (ValueError, MemoryError, RecursionError):
         return None
     return None
+
+
+# `x.cuda(async=True)`, `x.to(device, async=True)`: a method call given `async` as a keyword.
+_ASYNC_KEYWORD = re.compile(r"\.\w+\([^()]*\basync\s*=(?!=)")
 
 
 def _parse_module(text: str):

@@ -44,6 +44,9 @@ def assert_good_file_still_reported(r) -> None:
         # No rule can fire (the prefilter skips analysis), the syntax error is still reported.
         ("syntax_no_torch.py", "def f(:\n    pass\n", ["syntax error", "line 1"]),
         ("indent.py", "import torch\nif True:\nx = 1\n", ["syntax error", "line 3"]),
+        # torch 0.3's keyword, a reserved word since Python 3.7: the message says what to write.
+        ("async.py", "import torch\nx = torch.ones(3).cuda(async=True)\n",
+         ["syntax error", "line 2", "`async` is a reserved word", "non_blocking=True"]),
         ("binary.py", b"\x7fELF\x02\x01\x01\x00\x00\x00torch", ["binary file"]),
         ("latin.py", b"import torch\nname = 'caf\xe9'\n", ["not valid UTF-8"]),
         ("cookie.py", b"# -*- coding: no-such-codec -*-\nimport torch\n", ["unknown encoding"]),
