@@ -242,7 +242,7 @@ class Throttles(Component):
         if isinstance(test, cst.Call):
             # `divisible_by(step, k)`, or a predicate named like a throttle flag:
             # `self.metrics_processor.should_log(self.step)` (torchtitan's trainers)
-            return self._is_modulo_helper(test) or bool(_THROTTLE_NAMES.search((call_name(test) or "").lower()))
+            return self._is_modulo_helper(test) or bool(_THROTTLE_CALLS.match((call_name(test) or "").lower()))
         if isinstance(test, cst.Name):
             return bool(_THROTTLE_NAMES.search(test.value.lower())) or self._throttle_flag(test, depth)
         if isinstance(test, cst.Attribute):
@@ -336,6 +336,9 @@ class Throttles(Component):
         return False
 
 
+# A predicate whose name says it decides a logging or evaluation step (not `get_last_lr()`,
+# which `_THROTTLE_NAMES`' "last" would take for a last-step flag).
+_THROTTLE_CALLS = re.compile(r"should_(log|print|eval|save|validate)|(do|is)_(log|print|eval)(_|$)")
 _MODULO_HELPER_NAMES = re.compile(r"^(is_)?(divisible(_by)?|every_n\w*|multiple_of|is_multiple\w*)$")
 _DIAGNOSTIC_OPTIONS = re.compile(
     r"debug|verbose|log|print|profil|eval|valid|save|vis|plot|check|sanity|anomal|trace|monitor|wandb|"
