@@ -453,8 +453,9 @@ _DOC_BOUNDS = (
     # A requirements list item ("* PyTorch 2.0", "- pytorch: 1.7.1", "1. PyTorch 1.8") and
     # "developed / tested with PyTorch 1.8.1", "compatible with PyTorch 0.4.1/1.0": the
     # version the code was written for.
-    re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t]+(?:\*\*)?(?:py)?torch(?:\*\*)?[ \t]*(?:version[ \t]*)?[:=]?[ \t]*"
-               r"v?(\d+)\.(\d+)", re.I | re.M),
+    # ("- [PyTorch](http://pytorch.org) install = 1.4.0": the name behind a link, "install").
+    re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t]+(?:\*\*)?(?:\[(?:py)?torch\]\([^)\s]*\)|(?:py)?torch)(?:\*\*)?[ \t]*"
+               r"(?:version[ \t]*|install[ \t]*)?[:=]?[ \t]*v?(\d+)\.(\d+)", re.I | re.M),
     # "My environment is pytorch1.0", "tested with `pytorch1.3`": the version run together
     # with the name (not in a path: `cu113/torch1.10/index.html`).
     re.compile(r"(?<![\w/.-])pytorch(\d+)\.(\d+)(?![\w/])", re.I),
@@ -462,6 +463,8 @@ _DOC_BOUNDS = (
     re.compile(r"\bpython\s+v?\d+(?:\.\d+)*\s+(?:and|&)\s+pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
     re.compile(r"\b(?:(?:developed|tested|written|implemented|trained)\s+(?:for|with|on|using|under|in)"
                r"|compatible\s+with)\s+pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
+    # "I'm using `PyTorch 0.4` in `Python 3.6`", "requires PyTorch 1.2": the author's own setup.
+    re.compile(r"\b(?:using|requires?)\s+[`*]*pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
 )
 
 

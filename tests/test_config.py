@@ -280,6 +280,12 @@ def _pf402(root: Path, *args: str) -> bool:
         ({"README.md": "Settings: 8 NVIDIA A100 GPUs, CUDA 12.1, PyTorch 2.5.1.\n"}, True),
         ({"README.md": "5. Clone this repo\n6. Install [PyTorch 1.0]\n\n[pytorch 1.0]: https://pytorch.org\n"}, False),
         ({"README.md": "Install PyTorch 2.5 with CUDA 12.\n"}, True),
+        # A list item naming the version behind a link and "install"; the author's own setup.
+        ({"README.md": "- Python 3.6\n- [PyTorch](http://pytorch.org) install = 1.4.0\n- torchvision\n"}, False),
+        ({"README.md": "- [PyTorch](http://pytorch.org) install = 2.5.1\n"}, True),
+        ({"README.md": "I'm using `PyTorch 0.4` in `Python 3.6`.\n"}, False),
+        ({"README.md": "This requires PyTorch 1.2 and CUDA 10.\n"}, False),
+        ({"README.md": "We are using PyTorch 2.5 with bf16.\n"}, True),
         ({"README.md": "My environment is pytorch1.0 and python3.\n"}, False),
         ({"README.md": "Wheels: https://example.org/cu113/torch1.10/index.html and pytorch2.5.html\n"}, True),
         # Install notes kept as a getting-started page.

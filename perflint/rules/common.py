@@ -92,6 +92,8 @@ def optimizes_inputs_only(facts: Facts) -> bool:
         nodes = list(iter_nodes(value))
         if not isinstance(nodes[0], (cst.List, cst.BinaryOperation, cst.Tuple)):
             return False
+        if isinstance(nodes[0], cst.List) and not nodes[0].elements:
+            return False  # `filtered = []`, filled later (`for p in model.parameters(): filtered.append(p)`)
         if any(isinstance(n, cst.Call) for n in nodes) or any(isinstance(n, (cst.Dict, cst.Attribute)) for n in nodes):
             return False  # `.parameters()`, param groups, `model.weight`: may be a module's weights
     return True

@@ -206,7 +206,10 @@ class BlockingHostToDeviceCopy(Rule):
     between, waits for the GPU (`lengths = lengths.to(device)` then `int(lengths.max())`, a
     timing `torch.cuda.synchronize()`, or a blocking copy of a tensor made on the host, even in
     the same statement: `torch.from_numpy(onehot).to(device)`), so an asynchronous copy would
-    overlap with nothing.
+    overlap with nothing. Nor for a batch joined on the host before its copy (`images =
+    torch.cat(images, dim=0)` of two augmented views, `torch.stack(...)`): the joined tensor is
+    new and pageable whatever the loader pins, so `non_blocking=True` changes nothing (copying
+    each piece, then joining on the device, would).
 
     ## References
     - PyTorch tutorial "A guide on good usage of non_blocking and pin_memory() in PyTorch"
@@ -237,6 +240,8 @@ class BlockingHostToDeviceCopy(Rule):
             recv = call.func.value
             if not facts.kinds.has_kind(recv, Kind.BATCH, weak=False):
                 continue
+            if _joined_on_host(facts, recv):
+                continue  # a new tensor `torch.cat` made on the host: pageable, whatever the loader pins
             target = _target_device(facts, call)
             if target is None or (target == "maybe" and not (facts.devices.is_cuda_code or facts.devices.called_from_cuda_loop)):
                 continue
@@ -344,6 +349,24 @@ def _called_from_one_pass(facts: Facts, fn: cst.CSTNode) -> bool:
 # Tensor methods that return a copy in another dtype (the tensor itself when it has that
 # dtype already) and take no argument.
 _HOST_CASTS = frozenset({"float", "double", "half", "bfloat16", "long", "int", "short", "bool", "byte", "char"})
+
+
+_JOINS = frozenset({"torch.cat", "torch.concat", "torch.concatenate", "torch.stack"})
+
+
+def _joined_on_host(facts: Facts, recv: cst.BaseExpression) -> bool:
+    """The copied batch is a tensor `torch.cat`/`torch.stack` joined on the host, directly or
+    through a name bound only to such joins (SimCLR: `images = torch.cat(images, dim=0)`, the
+    two augmented views): a new tensor in pageable memory, which the loader's `pin_memory`
+    never reaches, so `non_blocking=True` would not overlap the copy with anything (copying
+    each piece and joining on the device would)."""
+    values = [recv]
+    if isinstance(recv, cst.Name):
+        bindings = facts.bindings.lookup(recv.value, recv)
+        if not bindings or any(b.how != "expr" for b in bindings):
+            return False
+        values = [b.node for b in bindings]
+    return all(isinstance(v, cst.Call) and facts.tree.qualname(v.func) in _JOINS for v in values)
 
 
 def _host_cast(recv: cst.BaseExpression) -> cst.Call | None:

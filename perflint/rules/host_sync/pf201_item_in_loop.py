@@ -13,6 +13,8 @@ from perflint.rules.host_sync.values import gathered_size
 from perflint.rules.host_sync.waits import (
     copy_waits_elsewhere,
     forward_waits_elsewhere,
+    helper_waits_elsewhere,
+    library_waits_elsewhere,
     scaler_waits_elsewhere,
     synchronize_elsewhere,
 )
@@ -296,14 +298,22 @@ class ItemInLoop(Rule):
     self.thresh:`), indexes with a boolean mask (`loss[loss > self.thresh]`, an online
     hard-example loss), reads back or synchronizes, itself or in a layer it holds and calls
     each time (`self.criterion(out, y)`). No rule reports a wait inside a forward, so the step
-    waits there whatever is fixed.
+    waits there whatever is fixed. The same for a function of the file that the loop calls on
+    every iteration and that waits each time it runs at a point no rule reports: an op whose
+    output size depends on the data (a metric helper's `pred.eq(gold).masked_select(mask)`,
+    `torch.nonzero`) or a blocking copy of host data, in its body or one or two calls deeper.
+    A helper that only reads back with `.item()` is no excuse: PF201 reports that read.
     Nor in a loop whose every iteration steps a GradScaler (`scaler.step(optimizer)`, or a
     callable scaler such as timm's `NativeScaler` given the optimizer) for an optimizer that is
     not fused and that no rule fuses: GradScaler reads its inf check back before each such
     step (`_maybe_opt_step` in `torch/amp/grad_scaler.py`). That is any optimizer before torch
     1.13, and SGD, RMSprop and the like built without `fused`; not Adam or AdamW from torch
     2.0, whose `fused=True` (PF302) lets the scaler step without reading back, nor a scaler
-    built with `enabled=False`. Nor in a loop that calls `torch.cuda.synchronize()` on every
+    built with `enabled=False`. Nor in a loop whose every iteration steps an optimizer wrapped
+    in apex's `LARC` (SwAV, SimSiam's `--lars`): `LARC.step` tests each parameter's norm on the
+    host (`if param_norm != 0 and grad_norm != 0:`); the optimizer is followed through
+    `amp.initialize(model, optimizer)` and into the functions the file calls with it, and one
+    wrapped behind a switch (`if args.lars:`) counts. Nor in a loop that calls `torch.cuda.synchronize()` on every
     iteration (MAE's and ConvNeXt's `train_one_epoch`, after the optimizer step): the
     iteration drains the GPU there anyway, and the read alone gains nothing. PF202, when
     selected, reports that synchronize; once it is gone, the read is reported.
@@ -362,6 +372,10 @@ class ItemInLoop(Rule):
                 continue  # GradScaler reads its inf check back before each step of an unfused optimizer
             if synchronize_elsewhere(facts, ctx.node, call) is not None:
                 continue  # the iteration drains the GPU at a `torch.cuda.synchronize()` anyway
+            if helper_waits_elsewhere(facts, ctx.node, call) is not None:
+                continue  # a helper called on every iteration waits inside (`masked_select`) anyway
+            if library_waits_elsewhere(facts, ctx.node, call) is not None:
+                continue  # apex's LARC step, or a SyncBatchNorm forward, waits on every iteration anyway
             where = "training" if ctx.kind == "train" else "evaluation"
             yield Violation(
                 call.func.attr,

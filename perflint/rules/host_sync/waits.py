@@ -8,7 +8,7 @@ import libcst as cst
 from perflint.analysis import Facts, call_name
 from perflint.analysis.syntax import get_arg, has_splat, literal_value
 from perflint.analysis.vocab import Kind
-from perflint.rules.common import local_function
+from perflint.rules.common import local_function, param_for
 from perflint.rules.host_sync.helpers import (
     _group_of,
     _heavy_call,
@@ -17,7 +17,7 @@ from perflint.rules.host_sync.helpers import (
     _unseen_reads,
     exclusive,
 )
-from perflint.rules.host_sync.values import blocking_host_copy
+from perflint.rules.host_sync.values import blocking_host_copy, sized_by_data
 
 
 def copy_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -34,23 +34,39 @@ def copy_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -
             return p
     for call in facts.tree.calls_within(region):
         ctx = facts.loops.iteration_context(call)
-        if ctx is not None and ctx.node is region and call not in own and _callee_copies(facts, call, 0) \
-                and _elsewhere_each_time(facts, call, region, node):
+        if ctx is not None and ctx.node is region and call not in own \
+                and _callee_waits(facts, call, blocking_host_copy, 0) and _elsewhere_each_time(facts, call, region, node):
             return call  # `encoded = compute_embeddings_fn(text)`, whose `encode_prompt` copies token ids
     return _prepared_fetch(facts, region, node)
 
 
-def _callee_copies(facts: Facts, call: cst.Call, depth: int) -> bool:
+def helper_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
+    """A call on every iteration of `region`, outside `node`'s own wait, of a function of this
+    file that waits for the GPU each time it runs at a point no rule reports: an op whose
+    output size depends on the data (`pred.eq(gold).masked_select(mask)` in a metric helper,
+    `torch.nonzero`), or a blocking copy of host data.  The iteration drains there whatever
+    is fixed, and one more read back costs next to nothing (as with
+    `forward_waits_elsewhere`).  Not for PF105: a wait in the middle of the step leaves the
+    GPU busy at the next iteration's copy (`drained_at_iteration_end` is the case that does
+    not)."""
+    return _waits_each_time(facts, region, node, lambda call: _callee_waits(facts, call, _unseen_wait, 0))
+
+
+def _unseen_wait(facts: Facts, call: cst.Call) -> bool:
+    return sized_by_data(facts, call) or blocking_host_copy(facts, call)
+
+
+def _callee_waits(facts: Facts, call: cst.Call, waits, depth: int) -> bool:
     """`call` runs a function of this file (by name, or a `functools.partial` of one bound to
-    a name once) that makes a blocking copy of host data each time it runs: in its own body,
-    outside any branch or loop, or through such a call, two levels deep at most."""
+    a name once) with a call that `waits` each time it runs: in its own body, outside any
+    branch or loop, or through such a call, two levels deep at most."""
     fn = local_function(facts, call.func)
     if fn is None:
         return False
     for c in facts.tree.calls_within(fn):
         if not _every_iteration(facts, c, fn):
             continue
-        if blocking_host_copy(facts, c) or (depth < 2 and _callee_copies(facts, c, depth + 1)):
+        if waits(facts, c) or (depth < 2 and _callee_waits(facts, c, waits, depth + 1)):
             return True
     return False
 
@@ -224,6 +240,56 @@ def scaler_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode)
     return _waits_each_time(facts, region, node, lambda call: _scaler_reads_back(facts, call))
 
 
+def library_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
+    """A step on every iteration of `region`, outside `node`'s own wait, of an optimizer wrapped
+    in apex's `LARC` (`optimizer = LARC(optimizer=sgd)`): its `step` tests each parameter's
+    norm on the host (`if param_norm != 0 and grad_norm != 0:`), one wait per parameter, and
+    no rule reports it.  The iteration drains there whatever is fixed, so one more read back
+    costs next to nothing (as with `scaler_waits_elsewhere`).  Wrapped or passed on
+    (`amp.initialize(model, optimizer)`, a parameter of a function this file calls with it),
+    the optimizer is followed to where it was made; a wrapper made on one branch (`if
+    args.lars:`) counts, as a GradScaler whose `enabled=` is an option does.
+
+    (A model converted to `SyncBatchNorm` also waits in each training forward, where the
+    layers drop empty statistics with a boolean mask; that is not used here: the conversion
+    is a no-op for a model without batch-norm layers, which the analysis cannot tell apart.)"""
+    return _waits_each_time(facts, region, node, lambda call: _larc_step(facts, call))
+
+
+_LARC = ("apex.parallel.LARC.LARC", "apex.parallel.LARC")
+
+
+def _larc_step(facts: Facts, call: cst.Call) -> bool:
+    return call_name(call) == "step" and not call.args and isinstance(call.func, cst.Attribute) \
+        and _made_by(facts, call.func.value, lambda q: q in _LARC, 0)
+
+
+def _made_by(facts: Facts, expr: cst.BaseExpression, made, depth: int) -> bool:
+    """Some binding of the name `expr` is a call whose qualified name `made` accepts, followed
+    through `amp.initialize(model, optimizer)` and `accelerator.prepare(...)` (which hand back
+    their arguments in order) and through parameters (the argument a call of the function in
+    this file passes)."""
+    if depth > 6 or not isinstance(expr, cst.Name):
+        return False
+    for b in facts.bindings.lookup(expr.value, expr):
+        value = b.node
+        if b.how == "unpack" and len(b.index) == 1 and isinstance(value, cst.Call) \
+                and call_name(value) in ("initialize", "prepare"):
+            args = [a for a in value.args if a.keyword is None and not a.star]
+            if b.index[0] < len(args) and _made_by(facts, args[b.index[0]].value, made, depth + 1):
+                return True
+            continue
+        if b.how == "param" and isinstance(b.site, cst.FunctionDef):
+            fn, name = b.site, b.node.name.value
+            for site in facts.tree.calls_named(fn.name.value):
+                if any(param_for(fn, site, a) == name and _made_by(facts, a.value, made, depth + 1) for a in site.args):
+                    return True
+            continue
+        if b.how == "expr" and isinstance(value, cst.Call) and made(facts.tree.qualname(value.func) or ""):
+            return True
+    return False
+
+
 def _scaler_reads_back(facts: Facts, call: cst.Call) -> bool:
     if facts.steps.is_scaler_step(call):
         if _scaler_disabled(facts, call.func.value):  # type: ignore[union-attr]
@@ -333,6 +399,6 @@ def drained_at_iteration_end(facts: Facts, region: cst.CSTNode, copy: cst.CSTNod
         if call_name(p) != "item":
             continue
         if forward_waits_elsewhere(facts, region, p) is not None or scaler_waits_elsewhere(facts, region, p) is not None \
-                or synchronize_elsewhere(facts, region, p) is not None:
+                or synchronize_elsewhere(facts, region, p) is not None or library_waits_elsewhere(facts, region, p) is not None:
             return p
     return None

@@ -178,7 +178,10 @@ class CudnnBenchmarkNotEnabled(Rule):
     packed sequences, random-size crops or resizes, custom `collate_fn`/`batch_sampler`,
     detection models, 1-D convolutions next to per-batch lengths or padding masks), when
     every convolution is pointwise (kernel size 1), or any determinism setting. No fix for the benchmark/deterministic
-    conflict: which of the two the user wants is unknown.
+    conflict: which of the two the user wants is unknown. The conflict is reported in a file
+    that trains, or in a function the file never calls (a seeding helper a training script
+    imports); not in an inference or evaluation script (`demo.py`, `test.py` setting both
+    before their forward passes).
 
     ## Applies to
     All torch versions; CUDA code only. A model picked by name (`ARCHS[args.arch](...)`,
@@ -246,11 +249,25 @@ class CudnnBenchmarkNotEnabled(Rule):
         if not det_stmts:
             return
         det_blocks = {id(facts.tree.parent(s)) for s in det_stmts}
+        trains = None
         for assign in _cudnn_flag_assignments(facts, "benchmark"):
             if literal_value(assign.value) is True and id(facts.tree.parent(facts.tree.statement_of(assign))) in det_blocks:
+                if trains is None:
+                    trains = is_training_file(facts)
+                if not trains and not _for_importers(facts, assign):
+                    continue  # an inference or evaluation script: forward-only, nothing to slow down
                 yield Violation(
                     assign,
                     "`cudnn.benchmark = True` next to a determinism setting: the determinism flag keeps "
                     "cuDNN to its slower deterministic algorithms while benchmarking makes runs differ anyway; "
                     "drop the determinism flag for speed, or set `benchmark = False` if reproducibility is the goal",
                 )
+
+
+def _for_importers(facts: Facts, node: cst.CSTNode) -> bool:
+    """`node` sits in a function the file itself never calls (`utils.set_seed`): it is there
+    for the files that import it, and one of them may train."""
+    fn = facts.tree.enclosing_function(node)
+    while fn is not None and facts.tree.enclosing_function(fn) is not None:
+        fn = facts.tree.enclosing_function(fn)
+    return fn is not None and not facts.tree.calls_named(fn.name.value)
