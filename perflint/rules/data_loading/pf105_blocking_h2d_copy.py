@@ -303,7 +303,7 @@ class BlockingHostToDeviceCopy(Rule):
                 fix = self.unsafe("Add `non_blocking=True`", {call: new})
             if pinned:
                 tail = "(from its pinned DataLoader it can overlap with compute)"
-            elif loaders:
+            elif loaders and not any(has_splat(l) for l in loaders):  # `**loader_kwargs` may pin
                 tail = ("(its DataLoader has no `pin_memory=True`: pin it too, see PF102, or the copy still "
                         "blocks)")
             else:
