@@ -444,8 +444,9 @@ _DOC_BOUNDS = (
     # An environment listed on one line: "Python 3.6.5, PyTorch 1.1.0, Numpy 1.16.3", "with
     # python version 3.6, PyTorch version 1.7.1, CUDA 11.0".
     # ("8 NVIDIA V100 GPUs, CUDA 10.1/CuDNN 7.6.5, PyTorch 1.7.0.": the last item, then a full stop).
-    re.compile(r"(?:^|[,;])[ \t]*(?:py)?torch[ \t]*(?:version[ \t]*)?v?(\d+)\.(\d+)(?:\.\d+)*[ \t]*(?=[,;]|\.?[ \t]*$)",
-               re.I | re.M),
+    # ("tested with CUDA 10.2/CuDNN 7.6.5, PyTorch 1.9.0 and timm 0.4.9.": an item before "and").
+    re.compile(r"(?:^|[,;])[ \t]*(?:py)?torch[ \t]*(?:version[ \t]*)?v?(\d+)\.(\d+)(?:\.\d+)*[ \t]*"
+               r"(?=[,;]|[ \t]+and[ \t]|\.?[ \t]*$)", re.I | re.M),
     # An install step that names the version: "6. Install [PyTorch 1.0]", "install PyTorch 1.4".
     re.compile(r"\binstall\s+\[?(?:py)?torch\s+v?(\d+)\.(\d+)", re.I),
     re.compile(r"\bpytorch\s*v?(\d+)\.(\d+)(?:\.\d+)?\s*(?:\+|or\s+(?:later|higher|newer|above|greater)"

@@ -278,6 +278,9 @@ def _pf402(root: Path, *args: str) -> bool:
         # The last item of such a list, ending the sentence; an install step naming a version.
         ({"README.md": "Settings: 8 NVIDIA V100 GPUs, CUDA 10.1/CuDNN 7.6.5, PyTorch 1.7.0.\n"}, False),
         ({"README.md": "Settings: 8 NVIDIA A100 GPUs, CUDA 12.1, PyTorch 2.5.1.\n"}, True),
+        ({"README.md": "The code has been tested with CUDA 10.2/CuDNN 7.6.5, PyTorch 1.9.0 and timm 0.4.9.\n"},
+         False),
+        ({"README.md": "Tested with CUDA 12.1, PyTorch 2.5.1 and timm 1.0.\n"}, True),
         ({"README.md": "5. Clone this repo\n6. Install [PyTorch 1.0]\n\n[pytorch 1.0]: https://pytorch.org\n"}, False),
         ({"README.md": "Install PyTorch 2.5 with CUDA 12.\n"}, True),
         # A list item naming the version behind a link and "install"; the author's own setup.

@@ -47,6 +47,7 @@ def test_sample_then_score(tmp_path):
     repo = tmp_path / "toyrepo"
     repo.mkdir()
     (repo / "train.py").write_text(TRAIN)
+    (repo / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF105"]\n')  # off by default
     sheet = tmp_path / "sheet.csv"
     out = _run("sample", str(repo), "--out", str(sheet))
     assert "toyrepo: 1 files," in out

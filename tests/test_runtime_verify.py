@@ -64,6 +64,8 @@ def fake_runner(monkeypatch, by_script):
 def project(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(NEEDS_A_FIX)
+    # PF105 (the copy's `non_blocking=True`) is off by default: this project opts in.
+    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF105"]\n')
     return script
 
 
@@ -201,7 +203,7 @@ def test_fix_follows_the_project_configuration(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(NEEDS_A_FIX)
     assert "pin_memory=True" in verify.perflint_fix(script, unsafe=True, target_torch=None)
-    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nignore = ["PF102"]\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF105"]\nignore = ["PF102"]\n')
     fixed = verify.perflint_fix(script, unsafe=True, target_torch=None)
     assert "pin_memory" not in fixed and "non_blocking=True" in fixed
 

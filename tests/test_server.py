@@ -48,9 +48,9 @@ if __name__ == "__main__":
     main()
 '''
 EXPECTED = {"PF101", "PF102", "PF105", "PF201", "PF302", "PF402"}
-# PF402 (a maintenance rule) is off by default: the workspace selects it, as a user would.
+# PF402 (a maintenance rule) and PF105 are off by default: the workspace selects them, as a user would.
 PROJECT = '[project]\nname = "demo"\ndependencies = ["torch>=2.4"]\n'
-PYPROJECT = PROJECT + '[tool.perflint]\nextend-select = ["PF402"]\n'
+PYPROJECT = PROJECT + '[tool.perflint]\nextend-select = ["PF402", "PF105"]\n'
 
 
 def _codes(diags) -> set[str]:
