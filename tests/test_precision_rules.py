@@ -23,7 +23,7 @@ def test_metadata():
     expected = {
         # code: (severity, fix class, default, min_torch)
         "PF401": (Severity.WARNING, "unsafe", False, None),
-        "PF403": (Severity.INFO, "unsafe", True, (1, 10)),
+        "PF403": (Severity.INFO, "unsafe", True, (1, 6)),
         "PF404": (Severity.ERROR, "none", True, None),
         "PF405": (Severity.INFO, "unsafe", False, (1, 12)),  # off by default (issue 21 review: 0.60 tuned, 0/5 held out)
         "PF406": (Severity.WARNING, "unsafe", True, None),
@@ -82,8 +82,8 @@ def test_prefilter_skips_files_without_tokens():
 
 @pytest.mark.parametrize(
     "code,target,fires",
-    [("PF403", (1, 9), False), ("PF403", (2, 4), True), ("PF405", (1, 11), False), ("PF405", (1, 12), True),
-     ("PF407", (1, 13), False), ("PF407", (2, 0), True)],
+    [("PF403", (1, 5), False), ("PF403", (1, 9), True), ("PF403", (2, 4), True), ("PF405", (1, 11), False),
+     ("PF405", (1, 12), True), ("PF407", (1, 13), False), ("PF407", (2, 0), True)],
 )
 def test_version_gates_read_the_target(code, target, fires):
     text = textwrap.dedent(

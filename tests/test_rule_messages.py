@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from perflint.engine import LintOptions, lint_bytes
 
 
@@ -145,3 +147,38 @@ def test_pf403_says_why_it_offers_no_rewrite():
         result = lint_bytes("t.py", src.encode(), LintOptions(codes=("PF403",), prefilter=False))
         (d,) = result.diagnostics
         assert why in d.message and d.fix is None, (name, d.message)
+
+
+OLD_TORCH_STEP = """\
+import torch
+import torch.nn as nn
+
+model = nn.Linear(4, 1).cuda()
+criterion = CRITERION
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss = criterion(torch.sigmoid(model(x.cuda(non_blocking=True))), y.cuda(non_blocking=True))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize("criterion, target, reported", [
+    ("nn.MSELoss()", (1, 9), True), ("nn.BCELoss()", (1, 9), False),
+    ("nn.MSELoss(); model = nn.DataParallel(model)", (1, 7), True),
+    ("nn.MSELoss(); model = nn.DataParallel(model)", (1, 6), False),
+])
+def test_pf403_on_torch_1_6_to_1_9_advises_float16_unless_float16_autocast_would_raise(criterion, target, reported):
+    """`BCELoss` raises under float16 autocast as well ("unsafe to autocast"); DataParallel's
+    replica threads enter autocast only from torch 1.7 (pytorch PR #43102)."""
+    src = OLD_TORCH_STEP.replace("CRITERION", criterion)
+    got = lint_bytes("t.py", src.encode(), LintOptions(codes=("PF403",), prefilter=False, target_torch=target))
+    assert not got.errors
+    messages = [d.message for d in got.diagnostics]
+    assert bool(messages) is reported
+    if reported:
+        assert "`torch.cuda.amp.autocast()`" in messages[0] and "torch %d.%d has neither" % target in messages[0]
+        assert all(d.fix is None for d in got.diagnostics)
+    old = lint_bytes("t.py", src.encode(), LintOptions(codes=("PF403",), prefilter=False, target_torch=(1, 5)))
+    assert not old.diagnostics  # no `torch.cuda.amp` before 1.6

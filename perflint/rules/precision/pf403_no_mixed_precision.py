@@ -199,7 +199,12 @@ class NoMixedPrecision(Rule):
     `torch.autocast("cuda", …)`, which warns and disables itself on a CPU-only run.
 
     ## Applies to
-    Target torch ≥ 1.10 (`torch.autocast`); CUDA code only. Silent in files that use
+    Target torch ≥ 1.10 (`torch.autocast`); CUDA code only. From 1.6 to 1.9, which have
+    `torch.cuda.amp` but neither `torch.autocast` nor bfloat16 autocast, the advice is float16
+    under `torch.cuda.amp.autocast()` with a `torch.cuda.amp.GradScaler`, with no rewrite (the
+    scaler changes the backward and the step too), and none where float16 autocast would not run
+    as written (BCELoss, an `acos` margin loss, custom C++/CUDA ops, `nn.DataParallel` on 1.6,
+    whose replica threads enter autocast only from 1.7). Silent in files that use
     autocast, a GradScaler, Accelerate/Lightning/DeepSpeed/apex's amp or the transformers Trainer,
     precision flags (`amp`, `fp16`, `bf16`, `mixed_precision`), or cast models to
     half/bfloat16.
@@ -214,7 +219,7 @@ class NoMixedPrecision(Rule):
     summary = "CUDA training step without autocast"
     severity = Severity.INFO
     fix_class = FixClass.UNSAFE
-    min_torch = (1, 10)
+    min_torch = (1, 6)  # `torch.cuda.amp`; `torch.autocast` and bf16 autocast from 1.10
     tokens = (b"backward",)
     # Shares a fix pass with: `non_blocking=True` on a copy inside the step (PF105) changes
     # nothing of the autocast region around it.
@@ -249,6 +254,9 @@ class NoMixedPrecision(Rule):
             loop_of[first] = ctx.node
             device_test[first] = script_device_test(facts, first, ctx.node)
         if not steps:
+            return
+        if facts.target_torch < (1, 10):
+            yield from _float16_advice(facts, steps, loop_of)
             return
         if words(facts).name_contains("acos", "asin", "arccos", "arcsin"):
             # Margin losses (ArcFace/AAM) clamp to 1 - 1e-7, which bf16 rounds to 1: under
@@ -311,3 +319,27 @@ class NoMixedPrecision(Rule):
                    for c in facts.tree.calls() for a in c.args)
             or any(FRAMEWORK_PRECISION.search(v) for v in w.strings)
         )
+
+
+def _float16_advice(facts: Facts, steps: list, loop_of: dict) -> Iterator[Violation]:
+    """Torch 1.6–1.9 has `torch.cuda.amp` but neither `torch.autocast` nor bf16 autocast: the
+    advice is float16 with a GradScaler, with no rewrite (the scaler changes the backward and
+    the step too).  Silent where float16 autocast would not run as written: a margin loss's
+    `acos` (its clamp to 1 - 1e-7 rounds to 1 in float16 as well), `BCELoss` ("unsafe to
+    autocast"), custom C++/CUDA ops, and `nn.DataParallel` on 1.6 (its replica threads enter
+    autocast from 1.7 on, pytorch PR #43102).  cuDNN RNNs are fine: float16 is what they run."""
+    called = layer_qualnames(facts)
+    if words(facts).name_contains("acos", "asin", "arccos", "arcsin") or called & _BCE \
+            or ("torch.nn.DataParallel" in called and facts.target_torch < (1, 7)) \
+            or "cuda_ext" in settings_near(facts)[0] or facts.filewide.references("torch.utils.cpp_extension"):
+        return
+    seen: set[cst.CSTNode] = set()
+    v = "%d.%d" % facts.target_torch[:2]
+    for _, _, _, _, first in sorted(steps, key=lambda s: facts.tree.order[s[4]]):
+        if loop_of[first] in seen:
+            continue
+        seen.add(loop_of[first])
+        yield Violation(first, "CUDA training step without mixed precision: run the forward pass and loss under "
+                               "`torch.cuda.amp.autocast()` and scale the loss with a `torch.cuda.amp.GradScaler` "
+                               f"(float16; torch {v} has neither `torch.autocast` nor bfloat16 autocast, which came "
+                               "with 1.10)")
