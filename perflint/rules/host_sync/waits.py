@@ -376,7 +376,8 @@ def drained_at_iteration_end(facts: Facts, region: cst.CSTNode, copy: cst.CSTNod
     heavy GPU work (backward, an optimizer step, a model call) it reads a value every time
     (`loss_avg.append(loss.item())`), and a loss or layer whose `forward` waits runs in the
     same iteration (`forward_waits_elsewhere`), or a GradScaler steps an unfused optimizer
-    (`scaler_waits_elsewhere`), or a `torch.cuda.synchronize()` runs on every iteration (a
+    (`scaler_waits_elsewhere`), or an apex LARC optimizer steps (`library_waits_elsewhere`),
+    or a `torch.cuda.synchronize()` runs on every iteration (a
     synchronize after that work drains the GPU by itself), so PF201 leaves that read alone
     and no fix removes it.  The next iteration's `copy` to the device, made before any heavy
     work (or as the argument of the first), then meets an idle GPU: `non_blocking=True`
