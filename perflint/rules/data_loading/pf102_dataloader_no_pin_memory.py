@@ -147,7 +147,8 @@ class DataLoaderNoPinMemory(Rule):
     CIFAR-like dataset (MNIST, FashionMNIST, KMNIST, EMNIST, QMNIST, CIFAR10/100, SVHN) whose
     float32 batches are known to stay under 4 MiB (the batch size and any resize or crop a
     literal, a name bound to literals, or an option's default): without workers the training thread pins each batch
-    itself, and a batch that small copies in microseconds either way. Strict reviews had
+    itself (one more host copy) to save a transfer of a few hundred microseconds at most (an
+    estimate from PCIe rates, not measured). Strict reviews had
     counted all 9 reviewed findings of this kind false (PyTorch-GAN's 64 × 1 × 32 × 32
     batches, the pytorch-tutorial MNIST loaders); the measured gains above start at 12 MiB.
 
@@ -287,9 +288,9 @@ _SMALL_IMAGES = {f"torchvision.datasets.{name}": shape for name, shape in (
     ("MNIST", (1, 28)), ("FashionMNIST", (1, 28)), ("KMNIST", (1, 28)), ("EMNIST", (1, 28)), ("QMNIST", (1, 28)),
     ("CIFAR10", (3, 32)), ("CIFAR100", (3, 32)), ("SVHN", (3, 32)))}
 _RESIZES = ("Resize", "RandomResizedCrop", "CenterCrop", "RandomCrop", "Scale")
-# Below this many bytes a float32 batch copies in tens of microseconds (the H200 measurement
-# of pinning without workers starts at 12 MiB), and with no workers the training thread would
-# pin it itself: one more host copy for next to nothing.
+# Below this many bytes a batch's transfer takes a few hundred microseconds at most (estimated
+# from PCIe rates; the H200 measurement of pinning without workers starts at 12 MiB), and with
+# no workers the training thread would pin it itself: one more host copy for next to nothing.
 _SMALL_BATCH = 4 << 20
 
 
@@ -297,7 +298,7 @@ def _small_batches_in_training_thread(facts: Facts, call: cst.Call, opts: dict) 
     """A loader with no worker processes over a torchvision MNIST- or CIFAR-like dataset whose
     float32 batches are known to stay under `_SMALL_BATCH` (the batch size and any resize or
     crop a literal, a name bound to literals, or an option's default): with no workers the training thread pins each
-    batch itself, and a batch this small copies in microseconds either way (PyTorch-GAN's
+    batch itself, and a batch this small takes a fraction of a millisecond to copy (PyTorch-GAN's
     64 × 1 × 32 × 32 MNIST batches)."""
     if worker_count(facts, call)[0] != "zero":
         return False
