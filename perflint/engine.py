@@ -222,6 +222,7 @@ def _analyze(text: str, path: str, rules, target, project=None, module=None, tre
         facts = Facts(module, target, project, tree=tree)
     except RecursionError:
         return FileError(path, ErrorKind.INTERNAL, "file too deeply nested to analyse")
+    facts.selected = frozenset(rule.code for rule in rules)
     findings = []
     errors = []
     for rule in rules:

@@ -23,7 +23,7 @@ TRAIN = textwrap.dedent('''\
     scaler = torch.cuda.amp.GradScaler()
     loader = DataLoader(ds, batch_size=8)
     for x, y in loader:
-        loss = model(x.cuda()).sum()
+        loss = model(x.cuda(non_blocking=True)).sum()
         loss.backward()
         opt.step()
         print(loss.item())

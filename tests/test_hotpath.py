@@ -99,8 +99,8 @@ def evaluate(model, loader):
     model.eval()
     total = 0.0
     for x, y in loader:
-        out = model(x.to(device))
-        total += torch.nn.functional.cross_entropy(out, y.to(device)).item()
+        out = model(x.to(device, non_blocking=True))
+        total += torch.nn.functional.cross_entropy(out, y.to(device, non_blocking=True)).item()
     return total
 """
 
@@ -182,14 +182,14 @@ model = torch.nn.Linear(8, 8).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 total = 0.0
 for y in loader:
-    out = model(y.to(device))
-    loss = (out - y.to(device)).abs().mean()
+    out = model(y.to(device, non_blocking=True))
+    loss = (out - y.to(device, non_blocking=True)).abs().mean()
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
     spec = spectrogram(out.detach())
     total += loss.item()
-    loss2 = model(y.to(device)).mean()
+    loss2 = model(y.to(device, non_blocking=True)).mean()
     total += loss2.item()
 """
 

@@ -72,7 +72,7 @@ device = torch.device("cuda")
 model = torch.nn.Linear(8, 3).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for x, lengths in loader:
-    x, lengths = x.to(device), lengths.to(device)
+    x, lengths = x.to(device, non_blocking=True), lengths.to(device, non_blocking=True)
     loss = model(x).mean()
     loss.backward()
     opt.step()
@@ -87,6 +87,27 @@ def test_pf201_says_where_a_value_that_sizes_host_work_comes_from():
     assert list(msgs) == [12]
     assert "take it from the batch before it is copied to the device" in msgs[12]
     assert "running" not in msgs[12]
+
+
+def _rows(path, codes) -> set[tuple[int, str]]:
+    result = lint_bytes(str(path), path.read_bytes(), LintOptions(codes=tuple(codes), prefilter=False))
+    assert not result.errors
+    return {(d.location.row, d.code) for d in result.diagnostics}
+
+
+def test_pf201_counts_a_blocking_copy_as_the_wait_only_while_no_selected_rule_reports_it():
+    from fixture_support import FIXTURES
+
+    path = FIXTURES / "rules" / "PF201_blocking_batch_copy.py"
+    fires = {(54, "PF201"), (66, "PF201"), (77, "PF201")}
+    batch_reads = {(20, "PF201"), (30, "PF201")}  # after a blocking batch copy (PF105's)
+    made_read = (43, "PF201")  # after a copy of `torch.rand(...)` (PF409's)
+    assert {r for r in _rows(path, ["PF201"])} == fires
+    with_copies = _rows(path, ["PF201", "PF105"])
+    assert {r for r in with_copies if r[1] == "PF201"} == fires | batch_reads
+    assert {r for r in with_copies if r[1] == "PF105"}  # PF105 reports the copies the reads no longer hide behind
+    assert {r for r in _rows(path, ["PF201", "PF409"]) if r[1] == "PF201"} == fires | {made_read}
+    assert {r for r in _rows(path, ["PF201", "PF105", "PF409"]) if r[1] == "PF201"} == fires | batch_reads | {made_read}
 
 
 PF405_SRC = """\

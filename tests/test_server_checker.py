@@ -20,7 +20,7 @@ loader = DataLoader(Frames(transform=augment), batch_size=2)
 model = torch.nn.Linear(2, 1).cuda()
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for x in loader:
-    loss = model(x.cuda()).sum()
+    loss = model(x.cuda(non_blocking=True)).sum()
     loss.backward()
     opt.step()
     print(loss.item())

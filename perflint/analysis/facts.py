@@ -51,6 +51,9 @@ class Facts:
         # A `ProjectView` (analysis.project) when the file is checked as part of a project:
         # the questions about other modules go there; None for a file on its own.
         self.project = project
+        # The codes of the rules this analysis runs (set by the engine): a rule that leaves a
+        # pattern to another rule asks whether that rule is there to report it.
+        self.selected: frozenset[str] = frozenset()
         # Per-step functions called from another file: function → (file, line, loop kind).
         self.step_callers: dict[cst.FunctionDef, tuple[str, int, str]] = {}
         # A second analysis of the same module (its first one only summarised it) takes the

@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from perflint.analysis import Facts, call_name, get_arg, literal_value
-from perflint.analysis.vocab import Kind, SIZE_FACTORIES
+from perflint.analysis.vocab import Kind, SIZE_FACTORIES, _DTYPE_NAMES
 
 
 DATA_SIZED = {"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"}
@@ -157,10 +157,7 @@ def blocking_host_copy(facts: Facts, call: cst.Call) -> bool:
             or any(a.star for a in call.args):
         return False
     if name == "to":
-        if not call.args or len(call.args) > 1:
-            return False
-        dev = facts.devices.device_kinds(call.args[0].value)
-        if not dev or dev <= {Kind.DEVICE_CPU} or not dev & {Kind.DEVICE_CUDA, Kind.DEVICE_UNKNOWN, "device"}:
+        if not call.args or len(call.args) > 1 or not _may_be_gpu(facts, call.args[0].value):
             return False
     elif call.args:
         return False
@@ -177,6 +174,36 @@ def blocking_host_copy(facts: Facts, call: cst.Call) -> bool:
     if isinstance(recv, cst.Call) and (facts.tree.qualname(recv.func) or "") in _HOST_TENSOR_TYPES:
         return True
     return Kind.CPU_TENSOR in kinds
+
+
+def _may_be_gpu(facts: Facts, device: cst.BaseExpression) -> bool:
+    q = facts.tree.qualname(device) or ""
+    if q.startswith("torch.") and q.rsplit(".", 1)[-1] in _DTYPE_NAMES:
+        return False  # `x.to(torch.float16)`: a cast, not a copy
+    dev = facts.devices.device_kinds(device)
+    return bool(dev) and not dev <= {Kind.DEVICE_CPU} and bool(dev & {Kind.DEVICE_CUDA, Kind.DEVICE_UNKNOWN, "device"})
+
+
+def blocking_batch_copy(facts: Facts, call: cst.Call, batches: bool = True, made: bool = True) -> bool:
+    """`x.to(device)` / `x.cuda()` / `x.cuda(gpu)` with no `non_blocking`, of a loader's batch
+    (with `batches`) or of a tensor a torch factory made on the host (with `made`:
+    `torch.rand(n, 1).to(device)`): the two copies `blocking_host_copy` leaves to PF105 and
+    PF409.  Blocking, the copy waits for everything queued before it, pinned or not (`copy_`
+    synchronizes the stream when `non_blocking` is false)."""
+    name = call_name(call)
+    if name not in ("to", "cuda") or not isinstance(call.func, cst.Attribute) or get_arg(call, "non_blocking") \
+            or any(a.star for a in call.args):
+        return False
+    positional = [a for a in call.args if a.keyword is None]
+    if name == "to":
+        device = positional[0].value if len(positional) == 1 else get_arg(call, "device")
+        device = device.value if isinstance(device, cst.Arg) else device
+        if device is None or len(positional) > 1 or not _may_be_gpu(facts, device):
+            return False
+    elif len(positional) > 1:
+        return False  # `x.cuda(0, True)`: non_blocking by position
+    recv = call.func.value
+    return (batches and Kind.BATCH in facts.kinds.of(recv)) or (made and _from_factory(facts, recv, 0))
 
 
 # The legacy tensor types of the CPU (`torch.cuda.LongTensor` is the GPU's).

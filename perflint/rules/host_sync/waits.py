@@ -17,7 +17,7 @@ from perflint.rules.host_sync.helpers import (
     _unseen_reads,
     exclusive,
 )
-from perflint.rules.host_sync.values import blocking_host_copy, sized_by_data
+from perflint.rules.host_sync.values import blocking_batch_copy, blocking_host_copy, sized_by_data
 
 
 def copy_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -218,6 +218,21 @@ def _waits_each_time(facts: Facts, region: cst.CSTNode, node: cst.CSTNode, waits
         if _elsewhere_each_time(facts, call, region, node):
             return call
     return None
+
+
+def batch_copy_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
+    """A blocking copy to the GPU on every iteration of `region`, apart from `node`, of the
+    loader's batch or of a tensor made on the host (`x = x.to(device)`, `torch.rand(n,
+    1).to(device)`): it waits for everything queued before it, so the host never runs more
+    than an iteration ahead of the GPU and one more read back costs only the host work
+    between the two.  Only the copies that no selected rule reports: PF105 (the batch's) and
+    PF409 (the host-made tensor's), both off by default, make them asynchronous or make the
+    tensor on the device, and then the read is what waits."""
+    batches, made = "PF105" not in facts.selected, "PF409" not in facts.selected
+    if not (batches or made):
+        return None
+    return _waits_each_time(facts, region, node, lambda call: blocking_batch_copy(facts, call, batches, made),
+                            own_group=False)
 
 
 def synchronize_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
