@@ -40,6 +40,7 @@ _CHEAP_CALLS = {
     "int64", "int32", "float32", "where", "nonzero", "flatten", "permute", "transpose", "clamp", "clip",
     "toarray", "todense",  # one row of an in-memory sparse matrix made dense
     "replace", "join", "strip", "lower", "format",  # string edits of a caption (not a file read)
+    "size", "numel", "dim", "item",  # a CPU tensor's shape, one of its values (`torch.randint(0, n, (1,)).item()`)
 }
 _PAD_CALLS = {"pad_sequence", "pad", "sorted", "append", "extend", "max", "fill_", "new_full", "new_zeros",
               "masked_fill", "masked_fill_", "Tensor", "default_collate", "any", "all", "update"}
@@ -53,6 +54,31 @@ def cheap_call(facts, call: cst.Call) -> bool:
         return False
     q = facts.tree.qualname(call.func) or ""
     return not q.startswith(("PIL.", "cv2.", "torchvision.", "torchaudio.", "librosa.", "soundfile."))
+
+
+def _cheap_body(facts, cls: cst.ClassDef, fn: cst.FunctionDef, depth: int) -> bool:
+    """Every call in `fn` costs a sample next to nothing: a cheap call, or a call of a
+    function of this file or a method of `cls` whose own calls are (two levels at most:
+    `padding_tokens(ids, n, 0, 1)`, a helper that slices and extends a list)."""
+    for c in facts.tree.calls_within(fn):
+        if cheap_call(facts, c):
+            continue
+        helper = _helper(facts, cls, c) if depth < 2 else None
+        if helper is None or helper is fn or not _cheap_body(facts, cls, helper, depth + 1):
+            return False
+    return True
+
+
+def _helper(facts, cls: cst.ClassDef, call: cst.Call) -> cst.FunctionDef | None:
+    """The function `call` runs: the one top-level function of this file by that name, or
+    the method of `cls` a `self.name(...)` call names."""
+    f = call.func
+    if isinstance(f, cst.Name):
+        fns = [fn for fn in facts.tree.functions_by_name.get(f.value, []) if facts.tree.parent(fn) is facts.module]
+        return fns[0] if len(fns) == 1 else None
+    if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self":
+        return next((m for m in cls.body.body if isinstance(m, cst.FunctionDef) and m.name.value == f.attr.value), None)
+    return None
 
 
 class Kinds(Component):
@@ -128,7 +154,7 @@ class Kinds(Component):
         getitem = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "__getitem__"), None)
         if getitem is None:
             return False
-        return all(cheap_call(self.facts, c) for c in self.tree.calls_within(getitem))
+        return _cheap_body(self.facts, cls, getitem, 0)
 
     def moves_samples_to_device(self, cls: cst.ClassDef) -> bool:
         """A Dataset class whose `__getitem__`/`__iter__` puts samples on a device: `.cuda()`,

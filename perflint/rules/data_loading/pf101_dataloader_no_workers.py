@@ -309,7 +309,11 @@ class DataLoaderNoWorkers(Rule):
     (diffusers' DreamBooth datasets: class images are decoded per sample only with
     `class_data_root=args.class_data_dir if args.with_prior_preservation else None`, an
     option off by default), and a `collate_fn=lambda b: collate_fn(b, flag)` whose function
-    only stacks. Editing a caption string (`replace`, `join`) counts as indexing.
+    only stacks. Editing a caption string (`replace`, `join`) counts as indexing, and so do a
+    CPU tensor's shape and one of its values (`torch.randint(0, self.data.size(0) - n,
+    (1,)).item()`, a random window of a corpus held in memory) and calls of a function of the
+    file or a method of the class that only do such work themselves (a helper that pads a
+    list of token ids), two levels deep.
 
     ## References
     - PyTorch performance tuning guide, "Enable asynchronous data loading"
