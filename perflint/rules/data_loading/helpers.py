@@ -25,7 +25,7 @@ from perflint.rules.data_loading.origins import cuda_tensor_type
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
 #            pin_memory, drop_last, timeout, worker_init_fn, multiprocessing_context, generator, *, …)
-POS = {"dataset": 0, "num_workers": 5, "collate_fn": 6, "pin_memory": 7, "multiprocessing_context": 11}
+POS = {"dataset": 0, "batch_size": 1, "num_workers": 5, "collate_fn": 6, "pin_memory": 7, "multiprocessing_context": 11}
 
 
 def loader_arg(call: cst.Call, name: str) -> cst.Arg | None:

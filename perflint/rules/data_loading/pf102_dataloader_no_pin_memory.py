@@ -10,10 +10,11 @@ import libcst as cst
 from perflint.edits import add_arg, make_kwarg
 from perflint.analysis import Facts, call_name, has_splat
 from perflint.analysis.crossmodule import literal_or_default
-from perflint.analysis.syntax import NOT_LITERAL, get_arg
+from perflint.analysis.syntax import NOT_LITERAL, get_arg, literal_value
 from perflint.analysis.syntax import comments_in
 from perflint.rules.base import FixClass, Rule, Violation
-from perflint.rules.common import trains_in
+from perflint.rules.common import local_function, param_for, trains_in
+from perflint.rules.data_loading.pf101_dataloader_no_workers import in_memory_tensors, tokenised_text
 from perflint.rules.data_loading.helpers import (
     function_node,
     index_loader,
@@ -144,7 +145,9 @@ class DataLoaderNoPinMemory(Rule):
     in this file or across the project) a batch object the DataLoader cannot pin: an instance
     of a class that copies itself with `to`/`cuda` and has no `pin_memory()` method (DETR's
     `NestedTensor`). Nor for a loader with no worker processes over a torchvision MNIST- or
-    CIFAR-like dataset (MNIST, FashionMNIST, KMNIST, EMNIST, QMNIST, CIFAR10/100, SVHN) whose
+    CIFAR-like dataset (MNIST, FashionMNIST, KMNIST, EMNIST, QMNIST, CIFAR10/100, SVHN), or an
+    `ImageFolder` whose transform ends in a crop or a two-sided resize (`Resize(64),
+    CenterCrop(64)`; counted with four channels), whose
     float32 batches are known to stay under 4 MiB (the batch size and any resize or crop a
     literal, a name bound to literals, or an option's default): without workers the training thread pins each batch
     itself (one more host copy) to save a transfer of a few hundred microseconds at most (an
@@ -191,6 +194,8 @@ class DataLoaderNoPinMemory(Rule):
                 continue  # the collate_fn may build a batch object `pin_memory` leaves pageable
             if _small_batches_in_training_thread(facts, call, opts):
                 continue  # MNIST/CIFAR-sized batches pinned by the training thread itself: nothing to gain
+            if tokenised_text(facts, opts) and _holds_token_tensors(facts, opts.get("dataset"), 0):
+                continue  # token ids: a batch is a few rows of integers, copied in microseconds either way
             new = add_arg(call, make_kwarg("pin_memory", "True"))
             plan_msg = "Add `pin_memory=True`"
             if collate == "cpu" and dataset == "cpu" and not has_splat(call):
@@ -205,6 +210,57 @@ class DataLoaderNoPinMemory(Rule):
                 message = ("DataLoader without `pin_memory` in CUDA code: batches are copied to the GPU from "
                            "pageable memory, which blocks; pass `pin_memory=True` and copy with `non_blocking=True`")
             yield Violation(call.func, message, fix)
+
+
+def _holds_token_tensors(facts: Facts, expr: cst.BaseExpression | None, depth: int) -> bool:
+    """In a file that tokenises (`tokenised_text`), the dataset is the tokenised features as
+    tensors: a `TensorDataset`, what a function of this file that builds one returns
+    (`load_and_cache_examples(...)`, also unpacked), or a parameter every call of its function
+    in this file passes such a dataset (`train(args, train_dataset, model, tokenizer)`).  A
+    batch is then a few rows of token ids, masks and labels, tens or hundreds of kilobytes."""
+    if expr is None or depth > 3:
+        return False
+    if in_memory_tensors(facts, expr):
+        return True
+    if isinstance(expr, cst.Call):
+        fn = local_function(facts, expr.func)
+        return isinstance(fn, cst.FunctionDef) and any(_makes_token_dataset(facts, c) for c in facts.tree.calls_within(fn))
+    if not isinstance(expr, cst.Name):
+        return False
+    bs = facts.bindings.lookup(expr.value, expr)
+    if not bs:
+        return False
+    for b in bs:
+        if b.how in ("expr", "unpack") and isinstance(b.node, cst.Call):
+            if not _holds_token_tensors(facts, b.node, depth + 1):
+                return False
+        elif b.how == "param" and isinstance(b.site, cst.FunctionDef):
+            if not _every_caller_passes_tokens(facts, b.site, expr.value, depth):
+                return False
+        else:
+            return False
+    return True
+
+
+def _makes_token_dataset(facts: Facts, call: cst.Call) -> bool:
+    """`TensorDataset(...)`, or a transformers feature converter asked for one
+    (`squad_convert_examples_to_features(..., return_dataset="pt")`)."""
+    q = facts.tree.qualname(call.func) or ""
+    if q == "torch.utils.data.TensorDataset":
+        return True
+    arg = get_arg(call, "return_dataset")
+    return q.startswith("transformers.") and arg is not None and literal_value(arg.value) == "pt"
+
+
+def _every_caller_passes_tokens(facts: Facts, fn: cst.FunctionDef, param: str, depth: int) -> bool:
+    calls = [c for c in facts.tree.calls() if isinstance(c.func, cst.Name) and c.func.value == fn.name.value]
+    if not calls:
+        return False
+    for c in calls:
+        arg = next((a for a in c.args if not a.star and param_for(fn, c, a) == param), None)
+        if arg is None or not _holds_token_tensors(facts, arg.value, depth + 1):
+            return False
+    return True
 
 
 def _unpinnable_batch(facts: Facts, collate_fn: cst.BaseExpression | None) -> bool:
@@ -308,10 +364,16 @@ def _small_batches_in_training_thread(facts: Facts, call: cst.Call, opts: dict) 
         dataset = bindings[0].node if len(bindings) == 1 and bindings[0].how == "expr" else None
     if not isinstance(dataset, cst.Call):
         return False
-    shape = _SMALL_IMAGES.get(facts.tree.qualname(dataset.func) or "")
+    q = facts.tree.qualname(dataset.func) or ""
     batch = opts.get("batch_size")
     size = _largest(facts, batch) if batch is not None else 1
-    if shape is None or size is None or size < 1:
+    if size is None or size < 1:
+        return False
+    if q == "torchvision.datasets.ImageFolder":
+        side = _cropped_side(facts, get_arg(dataset, "transform", 1))
+        return side is not None and size * 4 * side * side * 4 <= _SMALL_BATCH  # at most 4 channels (RGBA)
+    shape = _SMALL_IMAGES.get(q)
+    if shape is None:
         return False
     channels, side = shape
     transform = get_arg(dataset, "transform")
@@ -324,6 +386,26 @@ def _small_batches_in_training_thread(facts: Facts, call: cst.Call, opts: dict) 
             return False  # a size that is not known: the batch may be large
         side = max(side, v) if call_name(c) != "Resize" else v
     return size * channels * side * side * 4 <= _SMALL_BATCH
+
+
+def _cropped_side(facts: Facts, transform: cst.Arg | None) -> int | None:
+    """The longest side of the images a transform of files of any size hands out, when its last
+    resize or crop fixes it: `Resize(128), CenterCrop(128)`, `RandomResizedCrop(224)`,
+    `Resize((h, w))`.  `Resize(n)` alone scales the shorter side only: unknown."""
+    if transform is None:
+        return None
+    side = None
+    own = [transform.value] if isinstance(transform.value, cst.Call) else []  # `transform=RandomResizedCrop(224)`
+    for c in [*own, *facts.tree.calls_within(transform.value)]:
+        if call_name(c) not in _RESIZES:
+            continue
+        arg = get_arg(c, "size", 0)
+        v = _largest(facts, arg.value) if arg is not None else None
+        if v is None:
+            return None
+        pair = isinstance(arg.value, (cst.Tuple, cst.List))
+        side = v if call_name(c) not in ("Resize", "Scale") or pair else None
+    return side
 
 
 def _largest(facts: Facts, node: cst.BaseExpression) -> int | None:
