@@ -156,7 +156,7 @@ def test_only_unsafe_fixes_says_how_to_include_them(monkeypatch, tmp_path):
     assert result.exit_code == 2 and not calls
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1, result.output
-    assert "2 unsafe fixes exist (PF302, PF403)" in lines[0]  # PF405 (TF32) is off by default
+    assert "1 unsafe fix exists (PF403)" in lines[0]  # PF302 (fused) and PF405 (TF32) are off by default
     assert "add --unsafe-fixes to include them" in lines[0]
     assert json.loads(out.read_text())["error"].startswith("nothing to compare")
 
