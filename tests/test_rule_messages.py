@@ -26,7 +26,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 loader = []
 total = correct = 0
 for x, y in loader:
-    x, y = x.to(device), y.to(device)
+    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
     out = model(x)
     loss = torch.nn.functional.cross_entropy(out, y)
     loss.backward()
@@ -99,8 +99,8 @@ def test_pf201_counts_a_blocking_copy_as_the_wait_only_while_no_selected_rule_re
     from fixture_support import FIXTURES
 
     path = FIXTURES / "rules" / "PF201_blocking_batch_copy.py"
-    fires = {(54, "PF201"), (66, "PF201"), (77, "PF201")}
-    batch_reads = {(20, "PF201"), (30, "PF201")}  # after a blocking batch copy (PF105's)
+    fires = {(67, "PF201"), (78, "PF201"), (90, "PF201"), (101, "PF201")}
+    batch_reads = {(20, "PF201"), (30, "PF201"), (56, "PF201")}  # after a blocking batch copy (PF105's)
     made_read = (43, "PF201")  # after a copy of `torch.rand(...)` (PF409's)
     assert {r for r in _rows(path, ["PF201"])} == fires
     with_copies = _rows(path, ["PF201", "PF105"])

@@ -95,7 +95,7 @@ def loads_model(q: str) -> bool:
 _PASS_THROUGH_METHODS = {
     "to", "cuda", "cpu", "float", "half", "bfloat16", "double", "long", "int", "bool",
     "contiguous", "squeeze", "unsqueeze", "view", "reshape", "permute", "transpose", "t",
-    "flatten", "clone", "train", "eval", "requires_grad_", "type", "expand", "repeat",
+    "flatten", "ravel", "clone", "train", "eval", "requires_grad_", "type", "expand", "repeat",
     "sum", "mean", "max", "min", "abs", "sqrt", "exp", "log", "pow", "clamp", "norm",
     "softmax", "log_softmax", "sigmoid", "tanh", "relu", "argmax", "argmin", "topk", "sort",
     "eq", "ne", "gt", "lt", "ge", "le", "mul", "add", "sub", "div", "matmul", "masked_fill",
@@ -148,7 +148,7 @@ _THROTTLE_NAMES = re.compile(
     r"(^|_)(last|final)(_|$)|^should_(log|print|eval|save|validate)|^(do|is)_(log|print|eval)(_|$)|"
     r"^log_now$"
 )
-_BOUND_NAMES = re.compile(r"(last|final|max|total|num|end|steps|len|count|size)", re.I)
+_BOUND_NAMES = re.compile(r"(last|final|max|total|num|end|steps|len|count|size|initial|start|first|begin)", re.I)
 
 
 _VERB_PREFIX = re.compile(

@@ -16,6 +16,7 @@ from perflint.rules.host_sync.waits import (
     forward_waits_elsewhere,
     helper_waits_elsewhere,
     library_waits_elsewhere,
+    numpy_index_waits_elsewhere,
     scaler_waits_elsewhere,
     synchronize_elsewhere,
 )
@@ -295,13 +296,21 @@ class ItemInLoop(Rule):
     device as it hands it out, blocking (its default `non_blocking=False`; not when the
     `Accelerator` gets a `dataloader_config`).
     Nor in a loop every iteration of which copies its batch to the GPU without `non_blocking`
-    (`x, y = x.to(device), y.to(device)`, `x.cuda(gpu)`) or copies a tensor made on the host
+    (`x, y = x.to(device), y.to(device)`, `x.cuda(gpu)`; the batch of a DataLoader, or what a
+    loop takes from an iterable named like one, `enumerate(train_loader)` with the loader from
+    a helper the analysis cannot see into) or copies a tensor made on the host
     (`torch.rand(n, 1).to(device)`) while the rule that reports that copy is not selected:
     PF105 for the batch, PF409 for the tensor, both off by default. Such a copy waits for
     the previous step anyway, whether the batch is pinned or not, and the read only adds the
     host work between the two. Strict reviews counted 16 of 21 reviewed findings of this
     kind false (sets W to AF). With PF105 or PF409 selected, the copy is theirs to fix and
     the read is reported.
+    Nor in a loop every iteration of which indexes a GPU tensor with a numpy array or a CPU
+    tensor (`b_obs[mb_inds]` with `mb_inds` a slice of `np.arange(n)` or of
+    `torch.randperm(n)`, the minibatch loop of PPO implementations): torch copies the index to
+    the GPU, blocking, so the iteration waits there anyway. Strict reviews counted 9 of 9 such
+    findings false (CleanRL's PPO scripts); a permutation made on the GPU
+    (`torch.randperm(n, device=device)`) copies nothing, and the read is reported.
     Nor in a loop that calls, on every iteration, a loss or layer (of the file or the project)
     whose `forward` waits for the GPU each time it runs: branches on a tensor (`if loss[k] >
     self.thresh:`), indexes with a boolean mask (`loss[loss > self.thresh]`, an online
@@ -377,6 +386,8 @@ class ItemInLoop(Rule):
                 continue  # a blocking copy of host data waits on every iteration anyway
             if batch_copy_waits_elsewhere(facts, ctx.node, call) is not None:
                 continue  # so does a blocking copy of the batch (PF105's, off by default)
+            if numpy_index_waits_elsewhere(facts, ctx.node, call) is not None:
+                continue  # and indexing a GPU tensor with a numpy array (its index is copied, blocking)
             if forward_waits_elsewhere(facts, ctx.node, call) is not None:
                 continue  # a loss or layer called on every iteration waits inside its forward anyway
             if scaler_waits_elsewhere(facts, ctx.node, call) is not None:

@@ -47,7 +47,10 @@ class EmptyCacheInLoop(Rule):
     fragmentation; choosing N is the user's call.
 
     ## Applies to
-    All torch versions.
+    All torch versions. Not in a branch that runs on few steps: `if step % N == 0:`, or a
+    step compared with a bound (`if step == last_step:`, and the step a resumed run starts
+    from, `if resumed and step == initial_step:`, nanotron moving optimizer state back to the
+    GPU once).
 
     ## References
     - `torch.cuda.empty_cache` documentation; PyTorch notes "CUDA semantics", memory management

@@ -5,6 +5,8 @@ make the host wait for the values (`.nonzero()`, `torch.unique`, one-argument `t
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from perflint.analysis import Facts, call_name, get_arg, literal_value
@@ -203,7 +205,36 @@ def blocking_batch_copy(facts: Facts, call: cst.Call, batches: bool = True, made
     elif len(positional) > 1:
         return False  # `x.cuda(0, True)`: non_blocking by position
     recv = call.func.value
-    return (batches and Kind.BATCH in facts.kinds.of(recv)) or (made and _from_factory(facts, recv, 0))
+    if batches and (Kind.BATCH in facts.kinds.of(recv) or _named_loader_element(facts, recv)):
+        return True
+    return made and _from_factory(facts, recv, 0)
+
+
+# A loader by its name (`train_loader`, `val_dataloader`, `dl`), for a loop over one whose
+# construction the analysis cannot see (`_, train_loader = self._get_data(flag="TRAIN")`).
+_LOADER_NAME = re.compile(r"(^|_)(data)?loader$|(^|_)dl$", re.I)
+
+
+def _named_loader_element(facts: Facts, recv: cst.BaseExpression) -> bool:
+    """`recv` (through tensor methods: `batch_x.float()`) is what a `for` loop takes from an
+    iterable named like a loader, directly or through `enumerate`/`tqdm`/`iter`."""
+    while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and not recv.args:
+        recv = recv.func.value
+    if not isinstance(recv, cst.Name):
+        return False
+    bs = facts.bindings.lookup(recv.value, recv)
+    if not bs:
+        return False
+    for b in bs:
+        if b.how not in ("iter", "iter_unpack") or not isinstance(b.node, cst.BaseExpression):
+            return False
+        it = b.node
+        while isinstance(it, cst.Call) and call_name(it) in ("enumerate", "tqdm", "iter") and it.args:
+            it = it.args[0].value
+        name = it.attr.value if isinstance(it, cst.Attribute) else it.value if isinstance(it, cst.Name) else ""
+        if not _LOADER_NAME.search(name):
+            return False
+    return True
 
 
 # The legacy tensor types of the CPU (`torch.cuda.LongTensor` is the GPU's).

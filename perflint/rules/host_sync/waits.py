@@ -235,6 +235,25 @@ def batch_copy_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTN
                             own_group=False)
 
 
+def numpy_index_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
+    """A GPU tensor indexed with a numpy array or a CPU tensor on every iteration of `region`,
+    apart from `node` (`b_obs[mb_inds]` with `mb_inds = b_inds[start:end]` of an `np.arange`
+    or a `torch.randperm(n)`, the minibatch loop of PPO implementations): torch copies the
+    index to the device with a
+    blocking copy, which waits for everything queued before it.  No rule reports it, so the
+    iteration waits there whatever is fixed."""
+    for sub in facts.tree.nodes_within(region, cst.Subscript):
+        if Kind.DEVICE_TENSOR not in facts.kinds.of(sub.value):
+            continue
+        if not any(isinstance(e.slice, cst.Index) and facts.kinds.of(e.slice.value) & {Kind.NUMPY, Kind.CPU_TENSOR}
+                   for e in sub.slice):
+            continue
+        ctx = facts.loops.iteration_context(sub)
+        if ctx is not None and ctx.node is region and _elsewhere_each_time(facts, sub, region, node):
+            return sub
+    return None
+
+
 def synchronize_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
     """A `torch.cuda.synchronize()` on every iteration of `region`, apart from `node`: the
     iteration drains the GPU there whatever becomes of `node`, so one more read back costs
