@@ -19,6 +19,8 @@ A broken configuration raises `ConfigError` with one line that names the file an
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -402,8 +404,10 @@ def _conda_bound(project_dir: Path) -> tuple[tuple[int, int], Path] | None:
     """The lowest torch a conda environment file of the project pins; with several files
     (one for the GPU, one for the CPU), the lowest over all of them."""
     names = list(_CONDA_FILES)
-    try:
-        names += sorted({p.name for g in _CONDA_GLOBS for p in project_dir.glob(g)} - set(_CONDA_FILES))
+    try:  # one listing of the folder, not one per pattern
+        with os.scandir(project_dir) as entries:
+            listed = [e.name for e in entries]
+        names += sorted({n for n in listed if any(fnmatch.fnmatchcase(n, g) for g in _CONDA_GLOBS)} - set(_CONDA_FILES))
     except OSError:
         pass
     found = None
