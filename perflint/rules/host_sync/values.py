@@ -215,9 +215,19 @@ def blocking_batch_copy(facts: Facts, call: cst.Call, batches: bool = True, made
 _LOADER_NAME = re.compile(r"(^|_)(data)?loader$|(^|_)dl$", re.I)
 
 
+def _fetched_from(call: cst.Call) -> cst.BaseExpression | None:
+    """What `call` takes the next batch from: `next(loader)`, `loader.next_batch()`."""
+    if call_name(call) == "next" and isinstance(call.func, cst.Name) and call.args:
+        return call.args[0].value
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("next_batch", "get_batch", "next"):
+        return call.func.value
+    return None
+
+
 def _named_loader_element(facts: Facts, recv: cst.BaseExpression) -> bool:
     """`recv` (through tensor methods: `batch_x.float()`) is what a `for` loop takes from an
-    iterable named like a loader, directly or through `enumerate`/`tqdm`/`iter`."""
+    iterable named like a loader, directly or through `enumerate`/`tqdm`/`iter`, or what is
+    fetched from one (`next(train_dl)`, llm.c's `val_loader.next_batch()`)."""
     while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and not recv.args:
         recv = recv.func.value
     if not isinstance(recv, cst.Name):
@@ -226,11 +236,16 @@ def _named_loader_element(facts: Facts, recv: cst.BaseExpression) -> bool:
     if not bs:
         return False
     for b in bs:
-        if b.how not in ("iter", "iter_unpack") or not isinstance(b.node, cst.BaseExpression):
+        if b.how in ("expr", "unpack") and isinstance(b.node, cst.Call):
+            it = _fetched_from(b.node)  # `x, y = val_loader.next_batch()`, `batch = next(train_dl)`
+            if it is None:
+                return False
+        elif b.how in ("iter", "iter_unpack") and isinstance(b.node, cst.BaseExpression):
+            it = b.node
+            while isinstance(it, cst.Call) and call_name(it) in ("enumerate", "tqdm", "iter") and it.args:
+                it = it.args[0].value
+        else:
             return False
-        it = b.node
-        while isinstance(it, cst.Call) and call_name(it) in ("enumerate", "tqdm", "iter") and it.args:
-            it = it.args[0].value
         name = it.attr.value if isinstance(it, cst.Attribute) else it.value if isinstance(it, cst.Name) else ""
         if not _LOADER_NAME.search(name):
             return False
