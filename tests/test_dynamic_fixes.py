@@ -87,7 +87,7 @@ def test_pf104_conditional_fix_keeps_working_when_workers_are_raised():
 
 def test_pf102_pin_memory_and_pf105_non_blocking_leave_batches_and_training_identical():
     src = TRAIN + """
-loader = DataLoader(ds, batch_size=8, num_workers=0)
+loader = DataLoader(ds, batch_size=8, num_workers=1)  # PF102 leaves loaders without workers to PF101
 losses = []
 for x, y in loader:
     x, y = x.to(device), y.to(device)
@@ -489,7 +489,7 @@ torch.manual_seed(0)
 device = torch.device("cuda" if torch.cuda.is_available() else "meta")
 X = torch.randn(32, 4, device=device)
 Y = torch.zeros(32, device=device)
-loader = DataLoader(TensorDataset(X, Y), batch_size=8, num_workers=0)
+loader = DataLoader(TensorDataset(X, Y), batch_size=8, num_workers=1)
 for epoch in range(2):  # read every epoch (a loader read for one batch is left alone)
     for batch in loader:
         x, y = batch[0].to(device), batch[1].to(device)
