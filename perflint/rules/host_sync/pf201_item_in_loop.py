@@ -298,7 +298,8 @@ class ItemInLoop(Rule):
     Nor in a loop every iteration of which copies its batch to the GPU without `non_blocking`
     (`x, y = x.to(device), y.to(device)`, `x.cuda(gpu)`; the batch of a DataLoader, or what a
     loop takes from an iterable named like one, `enumerate(train_loader)` with the loader from
-    a helper the analysis cannot see into, or fetches from one, `val_loader.next_batch()`) or
+    a helper the analysis cannot see into or `with tqdm(data_loader) as bar: for x, y in bar:`,
+    or fetches from one, `val_loader.next_batch()`) or
     copies a tensor made on the host
     (`torch.rand(n, 1).to(device)`) while the rule that reports that copy is not selected:
     PF105 for the batch, PF409 for the tensor, both off by default. Such a copy waits for

@@ -224,6 +224,22 @@ def _fetched_from(call: cst.Call) -> cst.BaseExpression | None:
     return None
 
 
+def _iterated(facts: Facts, it: cst.BaseExpression) -> cst.BaseExpression:
+    """What a loop iterates, through `enumerate`/`tqdm`/`iter` and names bound once to them
+    (`with tqdm(data_loader) as bar: for x, y in bar:`)."""
+    for _ in range(4):
+        if isinstance(it, cst.Name):
+            bs = facts.bindings.lookup(it.value, it)
+            if len(bs) != 1 or bs[0].how not in ("expr", "with") or not isinstance(bs[0].node, cst.Call) \
+                    or call_name(bs[0].node) not in ("enumerate", "tqdm", "iter"):
+                return it  # the loader itself (`loader = GraphSAINTRandomWalkSampler(...)`), by its name
+            it = bs[0].node
+        if not (isinstance(it, cst.Call) and call_name(it) in ("enumerate", "tqdm", "iter") and it.args):
+            return it
+        it = it.args[0].value
+    return it
+
+
 def _named_loader_element(facts: Facts, recv: cst.BaseExpression) -> bool:
     """`recv` (through tensor methods: `batch_x.float()`) is what a `for` loop takes from an
     iterable named like a loader, directly or through `enumerate`/`tqdm`/`iter`, or what is
@@ -241,9 +257,7 @@ def _named_loader_element(facts: Facts, recv: cst.BaseExpression) -> bool:
             if it is None:
                 return False
         elif b.how in ("iter", "iter_unpack") and isinstance(b.node, cst.BaseExpression):
-            it = b.node
-            while isinstance(it, cst.Call) and call_name(it) in ("enumerate", "tqdm", "iter") and it.args:
-                it = it.args[0].value
+            it = _iterated(facts, b.node)
         else:
             return False
         name = it.attr.value if isinstance(it, cst.Attribute) else it.value if isinstance(it, cst.Name) else ""
