@@ -31,11 +31,12 @@ from perflint.analysis.callers import PARAM_KINDS
 from perflint.analysis.project import RESULT_KINDS
 from perflint.analysis.summary_types import CallRecord, ClassInfo, FunctionInfo, ModuleSummary, Signature
 from perflint.analysis.devices import _device_string_kinds
-from perflint.analysis.syntax import NOT_LITERAL, argparse_dest, call_name, get_arg, has_splat, is_main_guard, literal_value
+from perflint.analysis.syntax import (NOT_LITERAL, argparse_dest, call_name, get_arg, has_splat, is_main_guard,
+                                      literal_value, patch_embedding)
 from perflint.analysis.vocab import Kind, DATALOADER, _OPTION_ROOTS, loads_model
 from perflint.names import ImportTable, dotted
 
-SUMMARY_VERSION = 11
+SUMMARY_VERSION = 12
 # Import roots that are never the project's own modules.
 LIBRARY_ROOTS = frozenset({
     "torch", "numpy", "np", "scipy", "torchvision", "torchaudio", "transformers", "accelerate", "timm", "os", "sys",
@@ -66,7 +67,8 @@ def _wide_conv(call: cst.Call, q: str) -> bool:
     if not q.startswith("torch.nn.") or q.startswith("torch.nn.functional."):
         return True  # `F.conv2d(x, weight)`: the kernel is the weight's
     arg = get_arg(call, "kernel_size", 1 if last.startswith("lazyconv") else 2)
-    return arg is None or literal_value(arg.value) not in (1, (1,), (1, 1), (1, 1, 1))
+    return arg is None or not (literal_value(arg.value) in (1, (1,), (1, 1), (1, 1, 1)) or patch_embedding(call, last))
+
 
 
 _DEVICE_KINDS = {Kind.DEVICE_CUDA, Kind.DEVICE_CPU, Kind.DEVICE_OTHER}

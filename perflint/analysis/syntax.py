@@ -121,3 +121,18 @@ def is_cli_command(fn: cst.FunctionDef) -> bool:
         if isinstance(f, cst.Attribute) and f.attr.value == "command":
             return True
     return False
+
+
+def patch_embedding(call: cst.Call, last: str) -> bool:
+    """A convolution whose stride equals its kernel size (`Conv2d(3, 768, kernel_size=patch,
+    stride=patch)`, a ViT's patch embedding): it cuts the input into disjoint patches and
+    projects each, a matrix product over patches."""
+    lazy = last.startswith("lazyconv")
+    kernel, stride = get_arg(call, "kernel_size", 1 if lazy else 2), get_arg(call, "stride", 2 if lazy else 3)
+    if kernel is None or stride is None:
+        return False
+    k, st = literal_value(kernel.value), literal_value(stride.value)
+    if k is not NOT_LITERAL or st is not NOT_LITERAL:
+        return k == st and k not in (NOT_LITERAL, None)
+    named = [cst.Module([]).code_for_node(a.value) for a in (kernel, stride)]
+    return isinstance(kernel.value, (cst.Name, cst.Attribute)) and named[0] == named[1]

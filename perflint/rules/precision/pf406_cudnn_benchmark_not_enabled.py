@@ -9,6 +9,7 @@ import libcst as cst
 
 from perflint.analysis import Facts, call_name, get_arg, iter_nodes, literal_value
 from perflint.analysis.summary import WIDE_CONV
+from perflint.analysis.syntax import patch_embedding
 from perflint.names import dotted
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import is_training_file, torch_module_name, words
@@ -111,7 +112,9 @@ def _sequence_convs(facts: Facts) -> bool:
     if any(TORCHVISION_CLASSIFIER.match(q) for q in layer_qualnames(facts)):
         return False  # a library model: no view of its kernels
     pointwise = all(literal_value((get_arg(c, "kernel_size", 2) or cst.Arg(cst.Name("x"))).value)
-                    in (1, (1, 1), (1, 1, 1)) for c in convs)
+                    in (1, (1, 1), (1, 1, 1))
+                    or patch_embedding(c, (facts.tree.qualname(c.func) or "").rsplit(".", 1)[-1].lower())
+                    for c in convs)
     elsewhere = facts.kinds.calls.project_layer_apis
     if elsewhere & CONV_APIS:
         # The project's model classes record whether any of their convolutions is wider than 1.
@@ -177,7 +180,9 @@ class CudnnBenchmarkNotEnabled(Rule):
     The rule is silent when the file shows signs of variable input shapes (`pad_sequence`,
     packed sequences, random-size crops or resizes, custom `collate_fn`/`batch_sampler`,
     detection models, 1-D convolutions next to per-batch lengths or padding masks), when
-    every convolution is pointwise (kernel size 1), or any determinism setting. No fix for the benchmark/deterministic
+    every convolution is pointwise (kernel size 1) or a patch embedding (stride equal to the
+    kernel size, a vision transformer's: disjoint patches projected, a matrix product), or any
+    determinism setting. No fix for the benchmark/deterministic
     conflict: which of the two the user wants is unknown. The conflict is reported in a file
     that trains, or in a function the file never calls (a seeding helper a training script
     imports); not in an inference or evaluation script (`demo.py`, `test.py` setting both
