@@ -70,7 +70,6 @@ def _wide_conv(call: cst.Call, q: str) -> bool:
     return arg is None or not (literal_value(arg.value) in (1, (1,), (1, 1), (1, 1, 1)) or patch_embedding(call, last))
 
 
-
 _DEVICE_KINDS = {Kind.DEVICE_CUDA, Kind.DEVICE_CPU, Kind.DEVICE_OTHER}
 _FRAMEWORKS = {"accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "colossalai", "composer"}
 _JSON_SCALARS = (int, float, str, bool, type(None))

@@ -239,9 +239,8 @@ def numpy_index_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CST
     """A GPU tensor indexed with a numpy array or a CPU tensor on every iteration of `region`,
     apart from `node` (`b_obs[mb_inds]` with `mb_inds = b_inds[start:end]` of an `np.arange`
     or a `torch.randperm(n)`, the minibatch loop of PPO implementations): torch copies the
-    index to the device with a
-    blocking copy, which waits for everything queued before it.  No rule reports it, so the
-    iteration waits there whatever is fixed."""
+    index to the device with a blocking copy, which waits for everything queued before it.
+    No rule reports it, so the iteration waits there whatever is fixed."""
     for sub in facts.tree.nodes_within(region, cst.Subscript):
         if Kind.DEVICE_TENSOR not in facts.kinds.of(sub.value):
             continue
@@ -411,8 +410,8 @@ def drained_at_iteration_end(facts: Facts, region: cst.CSTNode, copy: cst.CSTNod
     (`loss_avg.append(loss.item())`), and a loss or layer whose `forward` waits runs in the
     same iteration (`forward_waits_elsewhere`), or a GradScaler steps an unfused optimizer
     (`scaler_waits_elsewhere`), or an apex LARC optimizer steps (`library_waits_elsewhere`),
-    or a `torch.cuda.synchronize()` runs on every iteration (a
-    synchronize after that work drains the GPU by itself), so PF201 leaves that read alone
+    or a `torch.cuda.synchronize()` runs on every iteration (a synchronize after that work
+    drains the GPU by itself), so PF201 leaves that read alone
     and no fix removes it.  The next iteration's `copy` to the device, made before any heavy
     work (or as the argument of the first), then meets an idle GPU: `non_blocking=True`
     would overlap it with nothing (BiSeNet's OHEM trainers and `train_amp.py`; Pytorch-UNet's
