@@ -467,7 +467,7 @@ _DOC_BOUNDS = (
     # "64-bit Python 3.7 and PyTorch 1.7.1": the environment in prose.
     re.compile(r"\bpython\s+v?\d+(?:\.\d+)*\s+(?:and|&)\s+pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
     re.compile(r"\b(?:(?:developed|tested|written|implemented|trained)\s+(?:for|with|on|using|under|in)"
-               r"|compatible\s+with)\s+pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
+               r"|compatible\s+with)\s+pytorch(?:\s+|-)(?:version\s+)?v?(\d+)\.(\d+)", re.I),
     # "I'm using `PyTorch 0.4` in `Python 3.6`", "requires PyTorch 1.2": the author's own setup.
     re.compile(r"\b(?:using|requires?)\s+[`*]*pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
 )
@@ -567,9 +567,21 @@ def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int]
     setup = _setup_requirements(project_dir)
     if setup is not None:
         return torch_lower_bound(setup[0]), f"{setup[1]} torch requirement"
-    conda = _conda_bound(project_dir) or _cog_bound(project_dir)
+    conda = _conda_bound(project_dir)
     if conda is not None:
         return conda[0], f"{conda[1]} torch requirement"
+    try:
+        at_root = any((project_dir / m).exists() for m in _ROOT_MARKERS)
+    except OSError:
+        at_root = False
+    cog = _cog_bound(project_dir)
+    if cog is not None:
+        # A cog.yaml builds the image a demo's `predict.py` runs in; the README's older torch
+        # is what training was written for (ALBEF: cog's 1.10, "pytorch 1.8.0" in its README).
+        docs = _docs_bound(project_dir) if at_root else None
+        if docs is not None and docs[0] < cog[0]:
+            return docs[0], f"{docs[1]} (the torch version it names)"
+        return cog[0], f"{cog[1]} torch requirement"
     # One folder down only at a project's root (a marker beside it): never from a folder
     # that merely holds several projects.
     try:

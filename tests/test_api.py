@@ -40,8 +40,11 @@ def _python(code: str) -> str:
 
 def test_check_source_reports_what_check_reports():
     found = [(d.location.row, d.code) for d in check_source(TRAIN, path="train.py", config=False)]
+    assert (5, "PF101") in found
+    assert (4, "PF402") not in found and (10, "PF201") not in found  # off by default
+    found = [(d.location.row, d.code) for d in check_source(TRAIN, path="train.py", extend_select=["PF201"],
+                                                              config=False)]
     assert (5, "PF101") in found and (10, "PF201") in found
-    assert (4, "PF402") not in found  # a maintenance rule, off by default
 
 
 def test_select_ignore_and_target_torch_act_as_the_options():

@@ -247,6 +247,11 @@ def _pf402(root: Path, *args: str) -> bool:
         # Replicate's cog.yaml: the pip packages of the image it builds.
         ({"cog.yaml": 'build:\n  python_packages:\n    - "torchvision==0.11.1"\n    - "torch==1.10.0"\n'}, False),
         ({"cog.yaml": 'build:\n  python_packages:\n    - "torch==2.5.1"\n'}, True),
+        # A cog.yaml builds a demo's prediction image: the README's older torch is training's.
+        ({"cog.yaml": 'build:\n  python_packages:\n    - "torch==2.5.1"\n', "README.md": "Requirements:\n* pytorch 1.8.0\n"},
+         False),
+        ({"cog.yaml": 'build:\n  python_packages:\n    - "torch==2.5.1"\n', "README.md": "Requirements:\n* pytorch 2.6\n"},
+         True),
         # Nothing machine-readable: the lowest torch the README, install notes or Dockerfiles name.
         ({"README.md": "## Setup\n\n1. Install PyTorch 1.13 or later\n"}, False),
         ({"INSTALL.md": "Requirements\n- Python >= 3.8\n- PyTorch >= 1.3\n"}, False),
@@ -259,6 +264,8 @@ def _pf402(root: Path, *args: str) -> bool:
         ({"README.md": "### Requirements\n* Python 3.8 (or newer)\n* PyTorch 2.0\n* torchvision\n"}, False),
         ({"README.md": "Requirements:\n- **PyTorch**: 1.10\n"}, False),
         ({"README.md": "The code has been developed for PyTorch version 1.8.1 and torchvision 0.9.1.\n"}, False),
+        ({"README.md": "It is tested with pytorch-1.0.\n"}, False),
+        ({"README.md": "It is tested with pytorch-2.5.\n"}, True),
         ({"README.md": "- PyTorch Lightning 1.4\n- Transformers 4.2\n"}, True),
         ({"README.md": "* PyTorch 2.5 or later\n"}, True),
         ({"README.md": "## Requirements\n1. PyTorch (>= 0.4.1): see pytorch.org\n"}, False),

@@ -57,7 +57,8 @@ def findings(result) -> list[tuple[str, int, str]]:
 
 @pytest.fixture
 def proj(tmp_path, monkeypatch):
-    write(tmp_path, {"pyproject.toml": "[tool.perflint]\n", "train.py": TRAIN, "metrics.py": METRICS, "data.py": DATA})
+    write(tmp_path, {"pyproject.toml": '[tool.perflint]\nextend-select = ["PF201"]\n', "train.py": TRAIN,
+                     "metrics.py": METRICS, "data.py": DATA})
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

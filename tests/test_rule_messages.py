@@ -99,8 +99,8 @@ def test_pf201_counts_a_blocking_copy_as_the_wait_only_while_no_selected_rule_re
     from fixture_support import FIXTURES
 
     path = FIXTURES / "rules" / "PF201_blocking_batch_copy.py"
-    fires = {(80, "PF201"), (91, "PF201"), (103, "PF201"), (114, "PF201")}
-    batch_reads = {(20, "PF201"), (30, "PF201"), (56, "PF201"), (69, "PF201"), (128, "PF201"), (141, "PF201")}  # after a blocking batch copy (PF105's)
+    fires = {(80, "PF201"), (91, "PF201"), (103, "PF201"), (114, "PF201"), (168, "PF201")}
+    batch_reads = {(20, "PF201"), (30, "PF201"), (56, "PF201"), (69, "PF201"), (128, "PF201"), (141, "PF201"), (156, "PF201")}  # after a blocking batch copy (PF105's)
     made_read = (43, "PF201")  # after a copy of `torch.rand(...)` (PF409's)
     assert {r for r in _rows(path, ["PF201"])} == fires
     with_copies = _rows(path, ["PF201", "PF105"])

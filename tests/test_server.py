@@ -50,7 +50,7 @@ if __name__ == "__main__":
 EXPECTED = {"PF101", "PF105", "PF201", "PF302", "PF402"}  # no PF102: a loader without workers of unknown batch size
 # PF402 (a maintenance rule), PF105 and PF302 are off by default: the workspace selects them, as a user would.
 PROJECT = '[project]\nname = "demo"\ndependencies = ["torch>=2.4"]\n'
-PYPROJECT = PROJECT + '[tool.perflint]\nextend-select = ["PF402", "PF105", "PF302"]\n'
+PYPROJECT = PROJECT + '[tool.perflint]\nextend-select = ["PF402", "PF105", "PF302", "PF201"]\n'
 
 
 def _codes(diags) -> set[str]:
@@ -265,7 +265,7 @@ async def test_fix_all_applies_safe_fixes_only(client: LanguageClient, tmp_path)
 async def test_pyproject_change_reselects_rules(client: LanguageClient, tmp_path):
     uri = open_doc(client, tmp_path / "train.py", TRAIN)
     await wait_diagnostics(client, uri, lambda d: _codes(d) == EXPECTED)
-    (tmp_path / "pyproject.toml").write_text(PYPROJECT + 'ignore = ["PF2", "PF101"]\n')
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT + 'ignore = ["PF201", "PF101"]\n')
     client.workspace_did_change_watched_files(lsp.DidChangeWatchedFilesParams(changes=[
         lsp.FileEvent(uri=(tmp_path / "pyproject.toml").as_uri(), type=lsp.FileChangeType.Changed)]))
     diags = await wait_diagnostics(client, uri, lambda d: "PF201" not in _codes(d))

@@ -89,6 +89,7 @@ def test_a_failing_rule_is_logged_and_the_others_still_report(tmp_path, monkeypa
         raise RuntimeError("boom")
 
     monkeypatch.setattr(all_rules()["PF201"], "check", broken)
+    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF201"]\n')  # off by default
     report = Checker(folders=[str(tmp_path)]).check(_doc(tmp_path))
     assert "PF101" in _codes(report) and "PF201" not in _codes(report)
     assert any("rule PF201 failed" in e.message and "boom" in e.message for e in report.errors)

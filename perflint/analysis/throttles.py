@@ -298,12 +298,35 @@ class Throttles(Component):
             return None
         while guard is None and tested < at:
             st = body[tested]
-            if isinstance(st, cst.If) and st.orelse is None and _skips(st.body) and self._mostly(st.test) \
-                    and not self._steps_after(body[tested + 1:]):
+            if isinstance(st, cst.If) and self._rare_exit(st) and not self._steps_after(body[tested + 1:]):
                 guard = state[3] = tested
             tested += 1
         state[2] = tested
         return body[guard] if guard is not None and guard < at else None
+
+    def _rare_exit(self, st: cst.If, depth: int = 0) -> bool:
+        """Every path through the `if` statement `st` that goes on past it (does not end in
+        `return`/`continue`) passed a test that holds on few iterations: `if step % every:
+        return`, or a tree of them (`if steps == 0: ... else: if steps % n != 0: return`,
+        sd-scripts' sample-image functions)."""
+        if depth > 4:
+            return False
+        body_ok = _skips(st.body) or self._periodic(st.test) or self._guarded(st.body, depth)
+        if not body_ok:
+            return False
+        if self._mostly(st.test):
+            return True  # the way past the `if` when its test fails is itself rare
+        orelse = st.orelse
+        if orelse is None:
+            return False
+        if isinstance(orelse, cst.If):
+            return self._rare_exit(orelse, depth + 1)
+        return _skips(orelse.body) or self._guarded(orelse.body, depth)
+
+    def _guarded(self, block: cst.BaseSuite, depth: int) -> bool:
+        """A statement of `block` (not nested in a loop) is such a guard: what follows it in
+        the block, and so the block's way out, runs on few iterations."""
+        return any(isinstance(st, cst.If) and self._rare_exit(st, depth + 1) for st in getattr(block, "body", ()))
 
     def _is_step_call_or_after(self, node: cst.CSTNode, branch: cst.If) -> bool:
         """`node` is the optimizer's bookkeeping (`zero_grad`, `unscale_`) in a throttled branch

@@ -52,7 +52,8 @@ class DataParallel(Rule):
     prediction or validation script's `main`), nor when the function put the wrapped model in
     evaluation mode first (`net = net.eval()`, then `nn.DataParallel(net)`: a predictor's
     loader) or right after, in its own body (`net = nn.DataParallel(net)` … `net.eval()`, with
-    no `.train()` in the function); a factory nothing in the file calls is still reported (a training script
+    no `.train()` in the function), or where it is built (`nn.DataParallel(inception).eval()
+    .to(device)`, a frozen FID network); a factory nothing in the file calls is still reported (a training script
     elsewhere may use it). In a file that trains, not in a
     function named for sampling or evaluation (`sample`, `test`, `evaluate`, `generate` …)
     that runs no training step itself, nor in a run mode that trains nothing (an arm of `if
@@ -108,20 +109,40 @@ class DataParallel(Rule):
 def _wraps_an_evaluated_model(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:
     """The model `nn.DataParallel(model)` wraps was put in evaluation mode (`model.eval()`)
     earlier in the same function, on every path to the wrapper (in a block that holds it, not
-    in another branch): a predictor that loads weights to run them."""
+    in another branch): a predictor that loads weights to run them. Or the wrapper itself is
+    put in evaluation mode where it is built (`nn.DataParallel(inception).eval().to(device)`,
+    an FID feature extractor) in a function that puts nothing in training mode."""
     if not call.args:
         return False
+    if _evaluated_in_chain(facts, call) and not any(
+            call_name(c) == "train" and isinstance(c.func, cst.Attribute) for c in facts.tree.calls_within(fn)):
+        return True
     wrapped = facts.tree.receiver_text(call.args[0].value)
     start = facts.tree.order.get(call, 0)
     for c in facts.tree.calls_within(fn):
         if not (call_name(c) == "eval" and not c.args and isinstance(c.func, cst.Attribute)
                 and facts.tree.receiver_text(c.func.value) == wrapped and facts.tree.order.get(c, 0) < start
-                and facts.tree.enclosing_function(c) is fn):
+                and facts.tree.enclosing_function(c) is fn and not facts.tree.is_inside(call, c)):
             continue
         where = facts.tree.block_of(c)
         if where is not None and facts.tree.is_inside(call, where[0]):
             return True
     return _evaluated_after(facts, call, fn)
+
+
+def _evaluated_in_chain(facts: Facts, call: cst.Call) -> bool:
+    """`nn.DataParallel(net).eval()`, also further chained (`.eval().to(device)`, `.cuda().eval()`)."""
+    node: cst.CSTNode = call
+    while True:
+        attr = facts.tree.parent(node)
+        outer = facts.tree.parent(attr) if isinstance(attr, cst.Attribute) and attr.value is node else None
+        if not isinstance(outer, cst.Call) or outer.func is not attr:
+            return False
+        if attr.attr.value == "eval" and not outer.args:
+            return True
+        if attr.attr.value not in ("to", "cuda", "float", "half", "requires_grad_"):
+            return False
+        node = outer
 
 
 def _evaluated_after(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:

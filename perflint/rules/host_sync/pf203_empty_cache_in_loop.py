@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import libcst as cst
+
 from perflint.analysis import Facts
 from perflint.rules.base import Rule, Violation
 
@@ -50,7 +52,11 @@ class EmptyCacheInLoop(Rule):
     All torch versions. Not in a branch that runs on few steps: `if step % N == 0:`, or a
     step compared with a bound (`if step == last_step:`, and the step a resumed run starts
     from, `if resumed and step == initial_step:`, nanotron moving optimizer state back to the
-    GPU once).
+    GPU once). Not in a function called every step that leaves early unless such a test
+    holds, also through a tree of them (`if steps == 0: ... else: if steps % every != 0:
+    return`: sd-scripts' sample-image functions and the memory cleaner they call, 6 reviewed
+    findings false). Not in a branch for another device (`if device.type == "mps":
+    torch.mps.empty_cache()`), which a CUDA run does not take.
 
     ## References
     - `torch.cuda.empty_cache` documentation; PyTorch notes "CUDA semantics", memory management
@@ -70,6 +76,8 @@ class EmptyCacheInLoop(Rule):
             q = facts.tree.qualname(call.func)
             if q not in wanted:
                 continue
+            if _on_another_device(facts, call):
+                continue  # `if device.type == "mps": torch.mps.empty_cache()`: not on a CUDA run
             why = facts.hotpath.hot_path(call)
             if why is None:
                 continue  # not on every step of training (or of an evaluation during training)
@@ -82,3 +90,24 @@ class EmptyCacheInLoop(Rule):
                 f"`{what}` on every iteration slows training ({evidence}); call it every N steps at most",
                 why=why,
             )
+
+
+_OTHER_DEVICES = {"cpu", "mps", "xpu", "npu", "hpu", "mlu", "xla", "musa"}
+
+
+def _on_another_device(facts: Facts, call: cst.Call) -> bool:
+    """`call` runs only in a branch for a device other than CUDA (`if device.type == "xpu":`,
+    `elif device == "mps":`), which a CUDA training run does not take."""
+    cur: cst.CSTNode = call
+    for a in facts.tree.ancestors(call):
+        if isinstance(a, cst.If) and cur is a.body:
+            test = a.test
+            if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+                    and isinstance(test.comparisons[0].operator, cst.Equal):
+                sides = (test.left, test.comparisons[0].comparator)
+                if any(isinstance(s, cst.SimpleString) and s.evaluated_value in _OTHER_DEVICES for s in sides):
+                    return True
+        if isinstance(a, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        cur = a
+    return False

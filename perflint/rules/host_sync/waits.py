@@ -3,11 +3,14 @@ finding removes, so that a fix elsewhere in it gains next to nothing."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from perflint.analysis import Facts, call_name
 from perflint.analysis.syntax import get_arg, has_splat, literal_value
 from perflint.analysis.vocab import Kind
+from perflint.names import dotted
 from perflint.rules.common import local_function, param_for
 from perflint.rules.host_sync.helpers import (
     _group_of,
@@ -205,9 +208,12 @@ def forward_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode
                             and _forward_syncs(facts, call))
 
 
-def _waits_each_time(facts: Facts, region: cst.CSTNode, node: cst.CSTNode, waits, own_group: bool = True):
+def _waits_each_time(facts: Facts, region: cst.CSTNode, node: cst.CSTNode, waits, own_group: bool = True,
+                     on_cuda: bool = False):
     """The first call of `region` that `waits` and runs on every iteration apart from `node`
-    (with `own_group`, also outside the reads that wait together with `node`)."""
+    (with `own_group`, also outside the reads that wait together with `node`; with
+    `on_cuda`, a call under `if args.cuda:` counts as running on every iteration: in a run
+    where that test is false nothing is on the GPU and no read waits)."""
     own = _group_of(facts, region).get(node, [node]) if own_group else [node]
     for call in facts.tree.calls_within(region):
         if call in own:
@@ -215,9 +221,36 @@ def _waits_each_time(facts: Facts, region: cst.CSTNode, node: cst.CSTNode, waits
         ctx = facts.loops.iteration_context(call)
         if ctx is None or ctx.node is not region or not waits(call):
             continue
-        if _elsewhere_each_time(facts, call, region, node):
+        if _elsewhere_each_time(facts, _past_cuda_tests(facts, call, region) if on_cuda else call, region, node):
             return call
     return None
+
+
+_CUDA_SWITCH = re.compile(r"(?:^|_)(?:cuda|gpu|gpus)$|^(?:use|on|has|with)_?(?:cuda|gpu)", re.I)
+
+
+def _past_cuda_tests(facts: Facts, call: cst.CSTNode, region: cst.CSTNode) -> cst.CSTNode:
+    """The outermost `if` whose body holds `call` and tests only whether the run uses CUDA
+    (`if args.cuda:`, `if self.use_gpu:`, `if torch.cuda.is_available():`), with nothing
+    but such tests between them; `call` itself when there is none."""
+    anchor, cur = call, call
+    for a in facts.tree.ancestors(call):
+        if a is region:
+            break
+        if isinstance(a, cst.If) and cur is a.body and _tests_cuda(facts, a.test):
+            anchor = a
+        elif isinstance(a, (cst.If, cst.IfExp, cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ExceptHandler,
+                            cst.BooleanOperation, cst.CompFor, cst.Else)):
+            break
+        cur = a
+    return anchor
+
+
+def _tests_cuda(facts: Facts, test: cst.BaseExpression) -> bool:
+    if isinstance(test, cst.Call):
+        return facts.tree.qualname(test.func) == "torch.cuda.is_available" and not test.args
+    text = dotted(test) if isinstance(test, (cst.Name, cst.Attribute)) else None
+    return text is not None and bool(_CUDA_SWITCH.search(text.rsplit(".", 1)[-1]))
 
 
 def batch_copy_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -232,7 +265,7 @@ def batch_copy_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTN
     if not (batches or made):
         return None
     return _waits_each_time(facts, region, node, lambda call: blocking_batch_copy(facts, call, batches, made),
-                            own_group=False)
+                            own_group=False, on_cuda=True)
 
 
 def numpy_index_waits_elsewhere(facts: Facts, region: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode | None:

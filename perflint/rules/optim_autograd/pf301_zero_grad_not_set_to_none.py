@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -51,7 +52,9 @@ class ZeroGradNotSetToNone(Rule):
     an instance of a wrapper class of the project (a learning-rate scheduler around the
     optimizer, such as `ScheduledOptim`) whose own `zero_grad` takes no `set_to_none`, nor
     for `super().zero_grad()` in a class none of whose bases is a torch optimizer or module
-    (nanotron's optimizer wrappers calling their base wrapper's).
+    (nanotron's optimizer wrappers calling their base wrapper's). Not in a function named
+    for evaluation or inspection (`val`, `evaluate`, `gradcam` …) that steps no optimizer:
+    its backward feeds a saliency or Grad-CAM map (ALBEF's grounding evaluation).
     Strict review of whole public repositories (issue 21, three review sheets): 48 right of
     48 reviewed findings still reported (1.00), up from 18 of 28 (0.64).
 
@@ -73,6 +76,8 @@ class ZeroGradNotSetToNone(Rule):
                 continue
             if facts.hotpath.hot_path(call) is None:
                 continue  # not once per step: once per epoch, a timing helper, code that does not train
+            if _inspects_gradients(facts, call):
+                continue  # `def val(...)`: `model.zero_grad(); loss.backward()` for a Grad-CAM map, no step
             arg = get_arg(call, "set_to_none", 0)
             if arg is not None:
                 if literal_value(arg.value) is not False:
@@ -100,6 +105,21 @@ class ZeroGradNotSetToNone(Rule):
                     "`zero_grad()` zeroes gradients in place before torch 2.0; pass `set_to_none=True`",
                     fix,
                 )
+
+
+_EVALUATION_FN = re.compile(r"^_?(val|valid|validate|validation|eval|evaluate|test|visuali[sz]e|grad_?cam|saliency|"
+                           r"explain|attribut|ground)", re.I)
+
+
+def _inspects_gradients(facts: Facts, call: cst.Call) -> bool:
+    """`call` sits in a function named for evaluation or inspection (`val`, `evaluate`,
+    `gradcam`) that steps no optimizer: the backward it zeroes for is read by hooks or
+    from `.grad` (ALBEF's grounding evaluation), not applied to the weights."""
+    fn = facts.tree.enclosing_function(call)
+    if fn is None or not _EVALUATION_FN.match(fn.name.value):
+        return False
+    return not any(facts.steps.is_optimizer_step(c) or facts.steps.is_scaler_call_step(c) or call_name(c) == "step"
+                   for c in facts.tree.calls_within(fn))
 
 
 def _wrapper_receiver(facts: Facts, recv: cst.BaseExpression) -> bool:

@@ -116,14 +116,17 @@ def _sequence_convs(facts: Facts) -> bool:
                     or patch_embedding(c, (facts.tree.qualname(c.func) or "").rsplit(".", 1)[-1].lower())
                     for c in convs)
     elsewhere = facts.kinds.calls.project_layer_apis
+    one_d = all((facts.tree.qualname(c.func) or "") in _CONV1D_APIS for c in convs)
     if elsewhere & CONV_APIS:
-        # The project's model classes record whether any of their convolutions is wider than 1.
-        return pointwise and WIDE_CONV not in elsewhere
+        # The project's model classes record whether any of their convolutions is wider than 1,
+        # and which convolution APIs they use (a LoRA layer's grouped `F.conv1d`).
+        if pointwise and WIDE_CONV not in elsewhere:
+            return True
+        return one_d and elsewhere & CONV_APIS <= _CONV1D_APIS and words(facts).name_contains(*_SEQUENCE_WORDS)
     if not convs:
         return False
     if pointwise:
         return True
-    one_d = all((facts.tree.qualname(c.func) or "") in _CONV1D_APIS for c in convs)
     return one_d and words(facts).name_contains(*_SEQUENCE_WORDS)
 
 
@@ -179,7 +182,9 @@ class CudnnBenchmarkNotEnabled(Rule):
     by a blank line (as for PF405).
     The rule is silent when the file shows signs of variable input shapes (`pad_sequence`,
     packed sequences, random-size crops or resizes, custom `collate_fn`/`batch_sampler`,
-    detection models, 1-D convolutions next to per-batch lengths or padding masks), when
+    detection models, 1-D convolutions next to per-batch lengths or padding masks, also when
+    they are all in the project's model classes: litgpt's LoRA layers apply a grouped
+    `F.conv1d` to token sequences, and its fine-tuning scripts name `max_seq_length`), when
     every convolution is pointwise (kernel size 1) or a patch embedding (stride equal to the
     kernel size, a vision transformer's: disjoint patches projected, a matrix product), or any
     determinism setting. No fix for the benchmark/deterministic
