@@ -539,6 +539,13 @@ class ProjectView:
             return bool(w is not None and w[1] and self.index.syncs(w))  # type: ignore[union-attr]
         return bool(self._ask(("syncs", ref), compute))
 
+    def file_of_trains(self, ref: str) -> bool:
+        """Whether the project file that `ref` (a call's target) lives in trains."""
+        def compute():
+            w = self.index.resolve(self.path, ref)  # type: ignore[union-attr]
+            return bool(w is not None and (self.index.summaries.get(w[0]) or {}).get("trains"))  # type: ignore[union-attr]
+        return bool(self._ask(("trainsin", ref), compute))
+
     def called_from_training(self, symbol: str) -> bool:
         return bool(self._ask(("trained", symbol),
                               lambda: self.index.called_from_training((self.path, symbol))))  # type: ignore[union-attr]
@@ -696,7 +703,8 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "pinless": view.builds_unpinnable,
                   "cfgfile": view.config_data, "outside": view.called_only_outside_training,
                   "unused": view.never_used, "ctor": view.only_while_building,
-                  "graphm": view.graph_collate_method, "graphf": view.graph_collate}.get(kind)
+                  "graphm": view.graph_collate_method, "graphf": view.graph_collate,
+                  "trainsin": view.file_of_trains}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

@@ -19,7 +19,7 @@ from perflint.analysis import (
 from perflint.analysis.syntax import is_main_guard
 from perflint.analysis.vocab import _DTYPE_NAMES as DTYPES, Kind, SIZE_FACTORIES
 from perflint.rules.common import COMPREHENSIONS, param_for, runs_once, throttled_in_loop, trains_in
-from perflint.rules.data_loading.oneoff import consumed_in_call
+from perflint.rules.data_loading.oneoff import consumed_in_call, script_trains_nothing, stays_in_script
 from perflint.rules.data_loading.origins import cuda_tensor_type
 
 
@@ -757,6 +757,9 @@ def read_cheaply(facts: Facts, call: cst.Call) -> bool:
     if sites and all(s[0] == "for" and isinstance(s[1], (cst.For, cst.While)) and facts.hotpath.after_training(s[1])
                      for s in sites):
         return True  # read only in a pass after the whole training (`if args.do_test:`), once per run
+    if isinstance(scope, cst.FunctionDef) and script_trains_nothing(facts) and runs_once(facts, scope) \
+            and stays_in_script(facts, call, scope):
+        return True  # built in a one-off function of a script that trains nothing: an inference pass
     if sites is None or not runs_once(facts, scope):
         return False
     if not sites:

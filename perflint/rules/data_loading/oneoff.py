@@ -1,12 +1,14 @@
 """A loader handed to an object that lives only inside the function that built it
 (`evaluator = MscEval(net, dl)`, then `evaluator.evaluate()`): every read of it happens
-during that one call of the function."""
+during that one call of the function. And a loader of a one-off function of a script that
+trains nothing (a metric's feature pass)."""
 
 from __future__ import annotations
 
 import libcst as cst
 
-from perflint.analysis import Facts
+from perflint.analysis import Facts, call_name
+from perflint.rules.common import trains_in
 
 
 def consumed_in_call(facts: Facts, name: str, scope: cst.CSTNode, after: int) -> bool:
@@ -37,4 +39,53 @@ def consumed_in_call(facts: Facts, name: str, scope: cst.CSTNode, after: int) ->
             if not (isinstance(attr, cst.Attribute) and attr.value is u and isinstance(facts.tree.parent(attr), cst.Call)
                     and facts.tree.parent(attr).func is attr):
                 return False  # the object is returned, stored or handed on: it may outlive the call
+    return True
+
+
+def script_trains_nothing(facts: Facts) -> bool:
+    """Neither the file nor any project module whose functions it calls trains: a metric,
+    feature-extraction or prediction script (BasicSR's FID scripts). With no project in view,
+    a call into another module leaves it unsure."""
+    if facts.hotpath.trains or trains_in(facts, facts.module):
+        return False  # a training loop or step, or any backward or optimizer step
+    for call in facts.tree.calls():
+        ref = facts.cross.project_ref(call.func)
+        if ref is None or ref.startswith("#"):
+            continue
+        if facts.project is None or facts.project.file_of_trains(ref):
+            return False
+    return True
+
+
+_READERS = {"iter", "enumerate", "tqdm", "len", "next", "list", "zip", "track"}
+
+
+def stays_in_script(facts: Facts, call: cst.Call, scope: cst.FunctionDef) -> bool:
+    """The loader built by `call` is bound to a local name that is only iterated, measured or
+    handed to functions of this file or of the project (not returned, stored, or given to a
+    library: `trainer.fit(model, loader)` may train)."""
+    parent = facts.tree.parent(call)
+    if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+        return False
+    target = parent.targets[0].target
+    for use in facts.tree.later_uses(target.value, scope, facts.tree.order.get(target, 0)):
+        p = facts.tree.parent(use)
+        fn = facts.tree.enclosing_function(use)
+        if isinstance(p, cst.Param) or (fn is not scope and fn is not None and any(
+                prm.name.value == target.value for prm in fn.params.params)):
+            continue  # a nested function's own parameter of that name (`def batches(data_loader):`)
+        if isinstance(p, (cst.For, cst.CompFor)) and p.iter is use:
+            continue
+        if isinstance(p, cst.Attribute) and p.value is use:
+            continue  # `loader.dataset`
+        if isinstance(p, cst.Arg):
+            outer = facts.tree.parent(p)
+            if isinstance(outer, cst.Call):
+                name = call_name(outer)
+                if isinstance(outer.func, cst.Name) and (name in _READERS or name in facts.tree.functions_by_name):
+                    continue
+                ref = facts.cross.project_ref(outer.func)
+                if ref is not None and not ref.startswith("#"):
+                    continue  # a project function: `script_trains_nothing` asked whether its file trains
+        return False
     return True

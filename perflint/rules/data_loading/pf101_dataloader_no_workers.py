@@ -295,7 +295,10 @@ class DataLoaderNoWorkers(Rule):
     script or a dataset's `__main__` self-check run once), a sample batch read under `if step
     % N == 0:`, a local loader never read, or one handed to an object that lives only inside
     the function run once that builds it (`evaluator = MscEval(net, dl)`;
-    `evaluator.evaluate()`); `len(loader)` and `loader.__len__()` are not reads. A loader that is returned, stored or handed to unknown code may feed training and
+    `evaluator.evaluate()`), or one built in a function run once of a script that trains
+    nothing (no backward or optimizer step, no call into a project module that trains) and
+    only iterated there or handed to the script's own or the project's functions (BasicSR's
+    FID scripts); `len(loader)` and `loader.__len__()` are not reads. A loader that is returned, stored or handed to unknown code may feed training and
     is still reported. A local name bound to 0 is the user's choice and left alone. So are loaders over
     a `TensorDataset`: a sample is a tensor index, and workers only add inter-process copies (measured: an epoch of 100,000 × 64 floats at
     batch 512 took 0.47–0.75 s with no workers and 0.66–0.90 s with 2, five alternating

@@ -136,7 +136,8 @@ class DataLoaderNoPinMemory(Rule):
     in no loop that holds training: `for split in ("dev", "test"):` after `for step in
     range(max_steps):` —, a sample every N steps, a function every caller of which in the project is
     code that does not train, a loader handed to an object that lives only inside a function
-    run once: `evaluator = MscEval(net, dl)`, `evaluator.evaluate()`; see PF101), nor for the loader of one arm of an `if` on
+    run once: `evaluator = MscEval(net, dl)`, `evaluator.evaluate()`, a one-off pass of a
+    script that trains nothing; see PF101), nor for the loader of one arm of an `if` on
     the number of workers whose other arm pins (`if num_workers > 0: DataLoader(...,
     pin_memory=True) else: DataLoader(...)`: the author pins only where workers load), nor
     for a loader whose arguments hold a commented-out `pin_memory` (`# pin_memory=True,`:
