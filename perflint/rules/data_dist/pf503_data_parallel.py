@@ -56,7 +56,9 @@ class DataParallel(Rule):
     .to(device)`, a frozen FID network); a factory nothing in the file calls is still reported (a training script
     elsewhere may use it). In a file that trains, not in a
     function named for sampling or evaluation (`sample`, `test`, `evaluate`, `generate` …)
-    that runs no training step itself, nor in a run mode that trains nothing (an arm of `if
+    that runs no training step itself, nor for a wrapper put in evaluation mode where it is
+    built (`nn.DataParallel(model).to(device).eval()`) in a function that trains nothing and
+    sets no training mode (a metric's feature pass), nor in a run mode that trains nothing (an arm of `if
     args.test_only:` that ends in `sys.exit(0)`, or whose other arm trains). Not in a file that also builds
     `DistributedDataParallel`, itself or through a project function it calls (`model =
     smart_DDP(model)`: DataParallel is then the single-process fallback of a script that
@@ -91,6 +93,9 @@ class DataParallel(Rule):
                     continue  # `net = net.eval()` then `nn.DataParallel(net)`: an inference wrapper
             elif fn is not None and _NOT_TRAINING_FN.search(fn.name.value) and not trains_in(facts, fn):
                 continue  # `def sample(self):` wraps the model to sample or evaluate, not to train
+            elif fn is not None and _evaluated_in_chain(facts, call) and not trains_in(facts, fn) \
+                    and not _sets_training_mode(facts, fn):
+                continue  # `nn.DataParallel(model).to(device).eval()` in a function that trains nothing
             if _used_only_now_and_then(facts, call, fn or facts.module):
                 continue  # `sampler = nn.DataParallel(sampler)` used only under `if step % N == 0:`
             if _unwrapped_before_use(facts, call, fn or facts.module):
@@ -114,8 +119,7 @@ def _wraps_an_evaluated_model(facts: Facts, call: cst.Call, fn: cst.FunctionDef)
     an FID feature extractor) in a function that puts nothing in training mode."""
     if not call.args:
         return False
-    if _evaluated_in_chain(facts, call) and not any(
-            call_name(c) == "train" and isinstance(c.func, cst.Attribute) for c in facts.tree.calls_within(fn)):
+    if _evaluated_in_chain(facts, call) and not _sets_training_mode(facts, fn):
         return True
     wrapped = facts.tree.receiver_text(call.args[0].value)
     start = facts.tree.order.get(call, 0)
@@ -128,6 +132,10 @@ def _wraps_an_evaluated_model(facts: Facts, call: cst.Call, fn: cst.FunctionDef)
         if where is not None and facts.tree.is_inside(call, where[0]):
             return True
     return _evaluated_after(facts, call, fn)
+
+
+def _sets_training_mode(facts: Facts, fn: cst.FunctionDef) -> bool:
+    return any(call_name(c) == "train" and isinstance(c.func, cst.Attribute) for c in facts.tree.calls_within(fn))
 
 
 def _evaluated_in_chain(facts: Facts, call: cst.Call) -> bool:
