@@ -617,8 +617,8 @@ def read_sites(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: i
             sites.extend(inner)
             continue
         if isinstance(outer, cst.Call) and call_name(outer) == "next" and node is not use \
-                and call_name(node) == "iter":
-            sites.append(("next", outer))  # `next(iter(loader))`: one batch
+                and call_name(node) in ("iter", "enumerate"):
+            sites.append(("next", outer))  # `next(iter(loader))`, `next(enumerate(loader))`: one batch
             continue
         if node is not use and call_name(node) == "iter" and isinstance(parent, cst.Attribute) and parent.value is node \
                 and parent.attr.value in ("next", "__next__") and isinstance(facts.tree.parent(parent), cst.Call):
