@@ -432,7 +432,7 @@ def test_show_settings_names_the_target_torch_and_its_source(root):
     assert "  target torch: 1.13 (from " in out and "README.md (the torch version it names))" in out
     assert "pyproject.toml" in out.splitlines()[1]
     rules = next(line for line in out.splitlines() if line.startswith("  rules: "))
-    assert "PF102" in rules and "PF101" not in rules
+    assert "PF104" in rules and "PF101" not in rules and "PF102" not in rules  # PF102: off by default
     r = run("check", "--show-settings", "--target-torch", "2.6", ".")
     assert "  target torch: 2.6 (from --target-torch)" in r.stdout
     write(root, {"pyproject.toml": "[tool.perflint]\nselect = 3\n"})

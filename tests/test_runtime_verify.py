@@ -64,8 +64,9 @@ def fake_runner(monkeypatch, by_script):
 def project(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(NEEDS_A_FIX)
-    # PF105 (the copy's `non_blocking=True`) is off by default: this project opts in.
-    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF105"]\n')
+    # PF105 (the copy's `non_blocking=True`) and PF102 (`pin_memory`) are off by default: this
+    # project opts in.
+    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF105", "PF102"]\n')
     return script
 
 
@@ -202,6 +203,8 @@ def test_warmup_zero_is_refused(project):
 def test_fix_follows_the_project_configuration(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(NEEDS_A_FIX)
+    assert "pin_memory" not in verify.perflint_fix(script, unsafe=True, target_torch=None)  # off by default
+    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF102"]\n')
     assert "pin_memory=True" in verify.perflint_fix(script, unsafe=True, target_torch=None)
     (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF105"]\nignore = ["PF102"]\n')
     fixed = verify.perflint_fix(script, unsafe=True, target_torch=None)

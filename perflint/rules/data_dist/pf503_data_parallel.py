@@ -94,8 +94,8 @@ class DataParallel(Rule):
             elif fn is not None and _NOT_TRAINING_FN.search(fn.name.value) and not trains_in(facts, fn):
                 continue  # `def sample(self):` wraps the model to sample or evaluate, not to train
             elif fn is not None and _evaluated_in_chain(facts, call) and not trains_in(facts, fn) \
-                    and not _sets_training_mode(facts, fn):
-                continue  # `nn.DataParallel(model).to(device).eval()` in a function that trains nothing
+                    and not _sets_training_mode(facts, fn) and _only_called_here(facts, call, fn):
+                continue  # `p = nn.DataParallel(model).to(device).eval()` run only in a function that trains nothing
             if _used_only_now_and_then(facts, call, fn or facts.module):
                 continue  # `sampler = nn.DataParallel(sampler)` used only under `if step % N == 0:`
             if _unwrapped_before_use(facts, call, fn or facts.module):
@@ -132,6 +132,27 @@ def _wraps_an_evaluated_model(facts: Facts, call: cst.Call, fn: cst.FunctionDef)
         if where is not None and facts.tree.is_inside(call, where[0]):
             return True
     return _evaluated_after(facts, call, fn)
+
+
+def _only_called_here(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:
+    """The wrapper (with its chained calls) is bound to a local name that `fn` only calls or
+    reads attributes of: not returned, stored or handed to other code (a frozen teacher
+    handed to the training function replicates on every step)."""
+    node: cst.CSTNode = call
+    while isinstance(facts.tree.parent(node), cst.Attribute) and isinstance(facts.tree.parent(facts.tree.parent(node)), cst.Call):
+        node = facts.tree.parent(facts.tree.parent(node))
+    stmt = facts.tree.parent(node)
+    if not (isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0].target, cst.Name)):
+        return False
+    target = stmt.targets[0].target
+    for use in facts.tree.later_uses(target.value, fn, facts.tree.order.get(target, 0)):
+        p = facts.tree.parent(use)
+        if isinstance(p, cst.Call) and p.func is use or isinstance(p, cst.Attribute) and p.value is use:
+            continue
+        if isinstance(p, cst.AssignTarget):
+            continue
+        return False
+    return True
 
 
 def _sets_training_mode(facts: Facts, fn: cst.FunctionDef) -> bool:
