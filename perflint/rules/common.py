@@ -511,3 +511,13 @@ def local_function(facts: Facts, expr: cst.BaseExpression | None, depth: int = 0
             return local_function(facts, bs[0].node, depth + 1)
         return None
     return expr if isinstance(expr, cst.Lambda) else None
+
+
+def uses_of_bound_name(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> list[cst.Name] | None:
+    """When `node` is the whole value of `name = node`: the uses of `name` after it in
+    `scope`; else None."""
+    stmt = facts.tree.parent(node)
+    if not (isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0].target, cst.Name)):
+        return None
+    target = stmt.targets[0].target
+    return list(facts.tree.later_uses(target.value, scope, facts.tree.order.get(target, 0)))

@@ -10,7 +10,14 @@ import libcst as cst
 from perflint.analysis import Facts, call_name, iter_nodes, literal_value
 from perflint.names import dotted
 from perflint.rules.base import Rule, Violation
-from perflint.rules.common import file_trains, is_training_file, runs_once, throttled_in_loop, trains_in
+from perflint.rules.common import (
+    file_trains,
+    is_training_file,
+    runs_once,
+    throttled_in_loop,
+    trains_in,
+    uses_of_bound_name,
+)
 
 
 class DataParallel(Rule):
@@ -141,11 +148,10 @@ def _only_called_here(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool
     node: cst.CSTNode = call
     while isinstance(facts.tree.parent(node), cst.Attribute) and isinstance(facts.tree.parent(facts.tree.parent(node)), cst.Call):
         node = facts.tree.parent(facts.tree.parent(node))
-    stmt = facts.tree.parent(node)
-    if not (isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0].target, cst.Name)):
+    uses = uses_of_bound_name(facts, node, fn)
+    if uses is None:
         return False
-    target = stmt.targets[0].target
-    for use in facts.tree.later_uses(target.value, fn, facts.tree.order.get(target, 0)):
+    for use in uses:
         p = facts.tree.parent(use)
         if isinstance(p, cst.Call) and p.func is use or isinstance(p, cst.Attribute) and p.value is use:
             continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from perflint.analysis import Facts, call_name
-from perflint.rules.common import trains_in
+from perflint.rules.common import trains_in, uses_of_bound_name
 
 
 def consumed_in_call(facts: Facts, name: str, scope: cst.CSTNode, after: int) -> bool:
@@ -64,15 +64,14 @@ def stays_in_script(facts: Facts, call: cst.Call, scope: cst.FunctionDef) -> boo
     """The loader built by `call` is bound to a local name that is only iterated, measured or
     handed to functions of this file or of the project (not returned, stored, or given to a
     library: `trainer.fit(model, loader)` may train)."""
-    parent = facts.tree.parent(call)
-    if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+    uses = uses_of_bound_name(facts, call, scope)
+    if uses is None:
         return False
-    target = parent.targets[0].target
-    for use in facts.tree.later_uses(target.value, scope, facts.tree.order.get(target, 0)):
+    for use in uses:
         p = facts.tree.parent(use)
         fn = facts.tree.enclosing_function(use)
         if isinstance(p, cst.Param) or (fn is not scope and fn is not None and any(
-                prm.name.value == target.value for prm in fn.params.params)):
+                prm.name.value == use.value for prm in fn.params.params)):
             continue  # a nested function's own parameter of that name (`def batches(data_loader):`)
         if isinstance(p, (cst.For, cst.CompFor)) and p.iter is use:
             continue
