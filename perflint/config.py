@@ -443,8 +443,8 @@ _DOC_FILES = ("README.md", "README.rst", "README.txt", "README", "INSTALL.md", "
 _DOC_BOUNDS = (
     re.compile(r"^\s*FROM\s+(?:docker\.io/)?pytorch/pytorch:v?(\d+)\.(\d+)", re.M | re.I),
     re.compile(r"\b(?:pip3?|conda|mamba)\s+install\b[^\n]*?[\s\"'](?:py)?torch\s*(?:==|>=|=|~=)\s*v?(\d+)\.(\d+)"),
-    # "PyTorch (>= 0.4.1)", "[PyTorch](https://pytorch.org/) >= 1.9.0"
-    re.compile(r"\b(?:py)?torch(?:\]\([^)\s]*\))?\s*\(?\s*(?:version\s*)?(?:>=|≥|=>)\s*v?(\d+)\.(\d+)", re.I),
+    # "PyTorch (>= 0.4.1)", "[PyTorch](https://pytorch.org/) >= 1.9.0", "PyTorch ( == 0.4.1, …)"
+    re.compile(r"\b(?:py)?torch(?:\]\([^)\s]*\))?\s*\(?\s*(?:version\s*)?(?:>=|≥|=>|==)\s*v?(\d+)\.(\d+)", re.I),
     # An environment listed on one line: "Python 3.6.5, PyTorch 1.1.0, Numpy 1.16.3", "with
     # python version 3.6, PyTorch version 1.7.1, CUDA 11.0".
     # ("8 NVIDIA V100 GPUs, CUDA 10.1/CuDNN 7.6.5, PyTorch 1.7.0.": the last item, then a full stop).

@@ -269,6 +269,8 @@ def _pf402(root: Path, *args: str) -> bool:
         ({"README.md": "- PyTorch Lightning 1.4\n- Transformers 4.2\n"}, True),
         ({"README.md": "* PyTorch 2.5 or later\n"}, True),
         ({"README.md": "## Requirements\n1. PyTorch (>= 0.4.1): see pytorch.org\n"}, False),
+        ({"README.md": "* numpy\n* PyTorch ( == 0.4.1, for <= 0.4.0 see branch [old](https://example.org))\n"}, False),
+        ({"README.md": "* PyTorch ( == 2.5.1 )\n"}, True),
         ({"README.md": "Update: this repository is compatible with PyTorch 0.4.1/1.0 now!\n"}, False),
         ({"README.md": "1. PyTorch 1.8\n2. torchvision\n"}, False),
         ({"README.md": "1. Python 3.8 (>= 3.6)\n2. numpy (>= 1.20)\n"}, True),
