@@ -19,7 +19,13 @@ from perflint.analysis import (
 from perflint.analysis.syntax import is_main_guard
 from perflint.analysis.vocab import _DTYPE_NAMES as DTYPES, Kind, SIZE_FACTORIES
 from perflint.rules.common import COMPREHENSIONS, param_for, runs_once, throttled_in_loop, trains_in
-from perflint.rules.data_loading.oneoff import consumed_in_call, script_trains_nothing, stays_in_script
+from perflint.rules.data_loading.oneoff import (
+    binding_target,
+    consumed_in_call,
+    reads_of_this_binding,
+    script_trains_nothing,
+    stays_in_script,
+)
 from perflint.rules.data_loading.origins import cuda_tensor_type
 
 
@@ -592,9 +598,8 @@ def read_sites(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: i
     function that reads it, its sites inside); None when it may be read elsewhere too
     (stored, returned, wrapped in an `iter()` kept for later, passed to unknown code)."""
     sites: list = []
-    for use in facts.tree.later_uses(name, scope, after):
-        parent = facts.tree.parent(use)
-        if isinstance(parent, cst.AssignTarget) and parent.target is use:
+    for use in reads_of_this_binding(facts, facts.tree.later_uses(name, scope, after), scope):
+        if binding_target(facts, use) is not None:
             continue  # rebound (`batchs = [...]` on another path): not a read
         got = _through_wrappers(facts, use)
         if got is None:

@@ -88,3 +88,42 @@ def stays_in_script(facts: Facts, call: cst.Call, scope: cst.FunctionDef) -> boo
                     continue  # a project function: `script_trains_nothing` asked whether its file trains
         return False
     return True
+
+
+def binding_target(facts: Facts, use: cst.Name) -> cst.AssignTarget | None:
+    """The assignment target `use` is (or is an element of: `a, b = ...`), else None."""
+    node: cst.CSTNode = use
+    parent = facts.tree.parent(node)
+    while isinstance(parent, (cst.Element, cst.Tuple, cst.List)):
+        node, parent = parent, facts.tree.parent(parent)
+    return parent if isinstance(parent, cst.AssignTarget) and parent.target is node else None
+
+
+def reads_of_this_binding(facts: Facts, uses: list, scope: cst.CSTNode) -> list:
+    """Of the later uses of a name bound in `scope`, those that can read that binding: not
+    the uses inside a nested function that binds the name itself (a parameter, an
+    assignment), nor those after a statement of `scope`'s own body that binds it again
+    unconditionally (a notebook's `train_loader, test_loader = from_arrays(...)` after the
+    image loaders were read once)."""
+    body = scope.body.body if isinstance(scope, cst.FunctionDef) and isinstance(scope.body, cst.IndentedBlock) \
+        else getattr(scope, "body", ())
+    local: dict = {}
+
+    def own(fn: cst.FunctionDef, name: str) -> bool:
+        if (fn, name) not in local:
+            local[(fn, name)] = any(p.name.value == name for p in fn.params.params) or any(
+                binding_target(facts, u) is not None and facts.tree.enclosing_function(u) is fn
+                for u in facts.tree.names_in(fn, name))
+        return local[(fn, name)]
+
+    out, again = [], None
+    for use in uses:
+        fn = facts.tree.enclosing_function(use)
+        if fn is not None and fn is not scope and own(fn, use.value):
+            continue
+        if again is not None and not facts.tree.is_inside(use, again):
+            continue
+        out.append(use)
+        if again is None and binding_target(facts, use) is not None and facts.tree.statement_of(use) in body:
+            again = facts.tree.statement_of(use)
+    return out
