@@ -47,8 +47,8 @@ def main():
 if __name__ == "__main__":
     main()
 '''
-EXPECTED = {"PF101", "PF105", "PF201", "PF302", "PF402"}  # no PF102: a loader without workers of unknown batch size
-# PF402 (a maintenance rule), PF105 and PF302 are off by default: the workspace selects them, as a user would.
+EXPECTED = {"PF101", "PF105", "PF201", "PF302", "PF402"}  # no PF102: off by default, and not selected here
+# PF402 (a maintenance rule), PF105, PF302 and PF201 are off by default: the workspace selects them, as a user would.
 PROJECT = '[project]\nname = "demo"\ndependencies = ["torch>=2.4"]\n'
 PYPROJECT = PROJECT + '[tool.perflint]\nextend-select = ["PF402", "PF105", "PF302", "PF201"]\n'
 
