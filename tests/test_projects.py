@@ -182,3 +182,17 @@ def test_a_warm_run_sees_a_notebook_start_calling_a_function_nothing_ran(tmp_pat
     nb["cells"][0]["source"] = ["from layers.utils import sweep, train\n", "sweep(net, data, dev)\n", "train(net, data, dev)\n"]
     (proj / "notebooks" / "sweep.ipynb").write_text(json.dumps(nb))
     assert rows_in_utils() == [22, 36]
+
+
+def test_a_loss_layer_built_and_never_called_does_not_block_the_autocast_rewrite():
+    """p44: the detector's head builds a `BCELoss` nothing calls (PyTorch-YOLOv3's
+    `self.bce_loss`), so its training step gets the plain autocast rewrite; the
+    discriminator calls its `BCELoss` every step, so its step is told why not."""
+    project = PROJECTS_DIR / "p44_unused_loss_layer"
+    _, diags = reported(project, str(project.relative_to(REPO)))
+    by_file = {Path(d["filename"]).name: d for d in diags if d["code"] == "PF403"}
+    assert set(by_file) == {"train.py", "train_gan.py"}
+    assert "BCELoss" not in by_file["train.py"]["message"]
+    assert by_file["train.py"]["fix"] is not None
+    assert "`BCELoss`/`binary_cross_entropy` raise under CUDA autocast" in by_file["train_gan.py"]["message"]
+    assert by_file["train_gan.py"]["fix"] is None

@@ -144,6 +144,8 @@ def _body_info(facts, container: cst.CSTNode) -> dict:
     for call in facts.tree.calls_within(container):
         q = facts.tree.qualname(call.func)
         if q is not None and _API.match(q) and (not q.endswith(".from_pretrained") or loads_model(q)):
+            if q.endswith("Loss") and facts.tree.unread_self_attribute(call):
+                continue  # a loss built and never called
             apis.add(q)
             if _wide_conv(call, q):
                 apis.add(WIDE_CONV)

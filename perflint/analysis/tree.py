@@ -94,7 +94,7 @@ class Tree(Component):
 
     # What another Tree of the same module hands over, and the memos that hold with it.
     _PARTS = ("parents", "order", "_preorder", "index", "functions_by_name", "classes_by_name")
-    _MEMOS = ("_scope_memo", "_subtree_end", "_calls_by_bare_name", "string_values")
+    _MEMOS = ("_scope_memo", "_subtree_end", "_calls_by_bare_name", "string_values", "_attribute_names")
 
     def __init__(self, facts, other: "Tree | None" = None, spelled: ImportTable | None = None) -> None:
         super().__init__(facts)
@@ -170,6 +170,27 @@ class Tree(Component):
             if isinstance(v, str):
                 out.append(v)
         return out
+
+    @cached_property
+    def _attribute_names(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a in self.index[cst.Attribute]:
+            out[a.attr.value] = out.get(a.attr.value, 0) + 1  # type: ignore[attr-defined]
+        return out
+
+    def unread_self_attribute(self, value: cst.CSTNode) -> bool:
+        """Whether `value` is only stored as `self.<name> = value` and the file reads no
+        `.<name>` anywhere, nor names it in a string (`getattr(self, "name")`): an object
+        built and never used (PyTorch-YOLOv3's `self.bce_loss = nn.BCELoss()`)."""
+        stmt = self.parents.get(value)
+        if not (isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and stmt.value is value):
+            return False
+        target = stmt.targets[0].target
+        if not (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+                and target.value.value == "self"):
+            return False
+        name = target.attr.value
+        return self._attribute_names.get(name, 0) == 1 and not any(name in s for s in self.string_values)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)

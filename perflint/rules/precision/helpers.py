@@ -141,7 +141,8 @@ def layer_qualnames(facts: Facts) -> set[str]:
     w = words(facts)
     got = getattr(w, "_called", None)
     if got is None:
-        got = {q for q in (facts.tree.qualname(c.func) for c in facts.tree.calls()) if q}
+        got = {q for c in facts.tree.calls() if (q := facts.tree.qualname(c.func))
+               and not (q.endswith("Loss") and facts.tree.unread_self_attribute(c))}  # not a loss built, never called
         got |= facts.kinds.calls.project_layer_apis  # layers built by the project's model classes used here
         w._called = got  # type: ignore[attr-defined]
     return got

@@ -181,7 +181,8 @@ class NoMixedPrecision(Rule):
     leaving the loss outside autocast feeds a bf16 embedding to fp32 margin weights
     (`expected m1 and m2 to have the same dtype`). No fix, and a message that says why, when
     the file calls `BCELoss`/`binary_cross_entropy` (CUDA autocast raises "unsafe to
-    autocast" for them: use `BCEWithLogitsLoss` on logits), builds `nn.LSTM`/`GRU`/`RNN`
+    autocast" for them: use `BCEWithLogitsLoss` on logits; a `self.bce = nn.BCELoss()` whose
+    attribute the file never reads is not a call), builds `nn.LSTM`/`GRU`/`RNN`
     layers (torch's autocast wrapper for cuDNN RNNs casts them to float16 whatever the dtype
     asked, `aten/src/ATen/cudnn/AutocastRNN.cpp`, so they need a GradScaler), or uses
     `nn.DataParallel` (its replica threads enter `autocast(enabled=...)` without the dtype,
