@@ -91,9 +91,14 @@ def _first_conv_call(facts: Facts) -> cst.Call | None:
         # The layers are built in another module: point at the model the file builds there.
         for call in facts.tree.calls():
             ref = facts.cross.project_ref(call.func)
-            if ref is not None and not ref.startswith("#") and facts.project.layer_apis(ref) & CONV_APIS:
+            if ref is not None and not ref.startswith("#") and _builds_convs(facts.project.layer_apis(ref)):
                 return call
     return best
+
+
+def _builds_convs(apis) -> bool:
+    """The same test as `has_conv_layers`: a convolution API, or a torchvision classifier."""
+    return bool(set(apis) & CONV_APIS) or any(TORCHVISION_CLASSIFIER.match(q) for q in apis)
 
 
 _CONV1D_APIS = {"torch.nn.Conv1d", "torch.nn.ConvTranspose1d", "torch.nn.LazyConv1d", "torch.nn.LazyConvTranspose1d",
@@ -236,7 +241,8 @@ class CudnnBenchmarkNotEnabled(Rule):
             if r is not None:
                 fix = self.unsafe("Add `torch.backends.cudnn.benchmark = True`", r)
         conv = _first_conv_call(facts)
-        what = "this convolution layer" if conv is None or facts.tree.qualname(conv.func) in CONV_APIS \
+        what = "the convolution layers of the models it builds" if conv is None \
+            else "this convolution layer" if facts.tree.qualname(conv.func) in CONV_APIS \
             else "the convolution layers of this model"
         if conv is not None and _frozen(facts, conv):
             what = "this frozen network's convolutions (it is not trained, but its forward runs every step)"
