@@ -349,6 +349,8 @@ def _requirement_files(project_dir: Path) -> list[Path]:
     sub = project_dir / "requirements"
     if sub.is_dir():
         files += sorted(sub.glob("*.txt"))
+    elif sub.is_file():  # a pip requirements file named without its extension (Cream's CDARTS)
+        files.append(sub)
     return [f for f in files if f.is_file()]
 
 
@@ -582,12 +584,13 @@ def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int]
         if docs is not None and docs[0] < cog[0]:
             return docs[0], f"{docs[1]} (the torch version it names)"
         return cog[0], f"{cog[1]} torch requirement"
-    # One folder down only at a project's root (a marker beside it): never from a folder
-    # that merely holds several projects.
+    # One folder down only at a project's root (a marker beside it), never from a folder that
+    # merely holds several projects, nor from a folder of Python code: another project of the
+    # repository (Cream's AutoFormer beside CDARTS), whose requirements are its own.
     try:
         at_root = any((project_dir / m).exists() for m in _ROOT_MARKERS)
-        subdirs = sorted(d for d in project_dir.iterdir() if d.is_dir() and not d.name.startswith(".")) \
-            if at_root else []
+        subdirs = sorted(d for d in project_dir.iterdir() if d.is_dir() and not d.name.startswith(".")
+                         and not any(f.suffix == ".py" for f in d.iterdir())) if at_root else []
     except OSError:
         subdirs = []
     for sub in subdirs[:200]:

@@ -356,6 +356,26 @@ def test_a_subproject_requirement_applies_to_its_files(root):
     assert findings() == [("new/a.py", "PF402")]
 
 
+def test_a_repository_of_several_projects_gives_each_its_own_requirement(tmp_path):
+    """Cream's layout: a `.git` root holding projects side by side, each with its own
+    requirements (one of them in a file named `requirements`, no extension). A project's
+    files target its own torch; a project with none does not take a sibling's, which a
+    requirements file one folder down would otherwise give the whole repository."""
+    write(tmp_path, {
+        ".git/HEAD": "ref: refs/heads/main\n",
+        "AutoFormer/requirements.txt": "torch==1.7.0\n", "AutoFormer/train.py": "",
+        "CDARTS/requirements": "graphviz\ntorch==1.2\n", "CDARTS/lib/core/search.py": "",
+        "MiniViT/Mini-Swin/main.py": "",
+        "docker/requirements.txt": "torch==1.9.0\n",
+    })
+    r = Resolver()
+    assert r.for_path(tmp_path / "AutoFormer" / "train.py").effective_target() == (1, 7)
+    got = r.for_path(tmp_path / "CDARTS" / "lib" / "core" / "search.py")
+    assert got.effective_target() == (1, 2) and got.target_source.endswith("CDARTS/requirements torch requirement")
+    # Install notes one folder down (a folder with no Python code) still bound the rest.
+    assert r.for_path(tmp_path / "MiniViT" / "Mini-Swin" / "main.py").effective_target() == (1, 9)
+
+
 def test_resolver_reports_where_the_target_came_from(tmp_path):
     write(tmp_path, {"pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch>=2.2"]\n', "a.py": ""})
     s = Resolver().for_path(tmp_path / "a.py")
