@@ -52,6 +52,40 @@ def script_device_test(facts: Facts, at: cst.CSTNode, region: cst.CSTNode | None
     return script_device(facts, at, region, models_only)[0]
 
 
+def _bf16_reaches_numpy(facts: Facts, block: cst.IndentedBlock, start: int, end: int) -> bool:
+    """A statement after the wrapped range hands a tensor the range computes to numpy
+    (`np.argmax(output.detach().cpu().numpy())`, `np.mean(output)`): under bf16 autocast that
+    tensor is bfloat16, which numpy has no type for ("Got unsupported ScalarType BFloat16"),
+    so the rewrite would break the step (Opacus's image-classifier tutorial). A `.float()` or
+    `.item()` on the way is fine."""
+    body = list(block.body)
+    bound = {n.value for st in body[start:end + 1] for a in iter_nodes(st) if isinstance(a, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+             for t in (a.targets if isinstance(a, cst.Assign) else [a]) for n in iter_nodes(t.target) if isinstance(n, cst.Name)}
+
+    def tensor_of_range(expr: cst.BaseExpression) -> bool:
+        while True:  # down a chain of `.detach()`, `.cpu()`, `.data`, `[...]`
+            if isinstance(expr, cst.Name):
+                return expr.value in bound
+            if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+                if expr.func.attr.value in ("float", "double", "item", "tolist", "to", "type", "long", "int", "argmax"):
+                    return False
+                expr = expr.func.value
+            elif isinstance(expr, (cst.Attribute, cst.Subscript)):
+                expr = expr.value
+            else:
+                return False
+
+    for st in body[end + 1:]:
+        for c in iter_nodes(st):
+            if not isinstance(c, cst.Call):
+                continue
+            if isinstance(c.func, cst.Attribute) and c.func.attr.value == "numpy" and tensor_of_range(c.func.value):
+                return True
+            if (facts.tree.qualname(c.func) or "").startswith("numpy.") and any(tensor_of_range(a.value) for a in c.args):
+                return True
+    return False
+
+
 # Environment libraries of reinforcement learning (`import gymnasium as gym`).
 _RL_ENVIRONMENTS = frozenset({"gym", "gymnasium", "envpool", "procgen", "pettingzoo", "isaacgym", "dm_control",
                               "ale_py", "atari_py", "minigrid", "vizdoom"})
@@ -172,6 +206,9 @@ class NoMixedPrecision(Rule):
     emulation). The fix wraps the statements from the first model call to the statement that
     produces the tensor passed to `.backward()`, when they sit in the same block as the
     backward call; `backward()` and the optimizer step stay outside, comments stay in place.
+    No fix when a later statement of the step hands a tensor of the wrapped range to numpy
+    (`np.argmax(output.cpu().numpy())`: numpy has no bfloat16, "Got unsupported ScalarType
+    BFloat16", checked on the CPU; a `.float()` or `.item()` on the way is fine).
     No fix when the loss is computed in the backward statement itself, or across blocks, nor
     when the forward runs in a helper of the file (`loss = step_loss(model, batch)`, reported
     at that call).
@@ -261,6 +298,8 @@ class NoMixedPrecision(Rule):
                 continue
             if block is not None and _forward_starts_earlier(facts, block, start, end):
                 block = None  # reported, but the rewrite would leave part of the forward in fp32
+            if block is not None and _bf16_reaches_numpy(facts, block, start, end):
+                block = None  # reported, but a bf16 tensor would reach numpy
             steps.append((call, block, start, end, first))
             loop_of[first] = ctx.node
             device_test[first] = script_device_test(facts, first, ctx.node)
