@@ -210,6 +210,8 @@ def variable_input_shapes(facts: Facts) -> bool:
         return True
     if any(v.startswith("torchvision.models.detection") for v in facts.tree.imports.aliases.values()):
         return True
+    if _opacus_poisson_batches(facts):
+        return True
     for call in facts.tree.calls():
         for a in call.args:
             if a.keyword is not None and a.keyword.value in ("collate_fn", "batch_sampler") and literal_value(a.value) is not None:
@@ -221,3 +223,19 @@ def variable_input_shapes(facts: Facts) -> bool:
                     if isinstance(n, cst.Call) and call_name(n) in _RANDOM_CALLS:
                         return True
     return False
+
+
+_OPACUS_SAMPLING = {"make_private", "make_private_with_epsilon", "DPDataLoader", "BatchMemoryManager"}
+
+
+def _opacus_poisson_batches(facts: Facts) -> bool:
+    """Opacus's differentially private training draws each batch by Poisson sampling (the
+    default of `PrivacyEngine.make_private`, and `DPDataLoader`), so the batch size changes
+    every step, as do the physical batches `BatchMemoryManager` splits them into; only
+    `poisson_sampling=False` keeps it fixed."""
+    if not any(v.split(".", 1)[0] == "opacus" for v in facts.tree.imports.aliases.values()):
+        return False
+    calls = [c for c in facts.tree.calls() if call_name(c) in _OPACUS_SAMPLING]
+    fixed = any(a.keyword is not None and a.keyword.value == "poisson_sampling" and literal_value(a.value) is False
+                for c in calls for a in c.args)
+    return bool(calls) and (not fixed or any(call_name(c) == "BatchMemoryManager" for c in calls))

@@ -189,7 +189,9 @@ class CudnnBenchmarkNotEnabled(Rule):
     packed sequences, random-size crops or resizes, custom `collate_fn`/`batch_sampler`,
     detection models, 1-D convolutions next to per-batch lengths or padding masks, also when
     they are all in the project's model classes: litgpt's LoRA layers apply a grouped
-    `F.conv1d` to token sequences, and its fine-tuning scripts name `max_seq_length`), when
+    `F.conv1d` to token sequences, and its fine-tuning scripts name `max_seq_length`;
+    Opacus's private training, whose batches are Poisson-sampled by default and split into
+    pieces of varying size by `BatchMemoryManager`), when
     every convolution is pointwise (kernel size 1) or a patch embedding (stride equal to the
     kernel size, a vision transformer's: disjoint patches projected, a matrix product), or any
     determinism setting. No fix for the benchmark/deterministic
