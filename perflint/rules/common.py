@@ -416,7 +416,26 @@ def trains_in(facts: Facts, node: cst.CSTNode) -> bool:
         name = f.value if isinstance(f, cst.Name) else (
             f.attr.value if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self"
             else None)
-        if name and any(facts.loops.step_function_kind(fn) == "train" for fn in facts.tree.functions_by_name.get(name, ())):
+        if name and any(facts.loops.step_function_kind(fn) == "train" and _takes_a_step(facts, fn)
+                        for fn in facts.tree.functions_by_name.get(name, ())):
+            return True
+    return False
+
+
+def _takes_a_step(facts: Facts, fn: cst.FunctionDef, depth: int = 0) -> bool:
+    """A function called per training step that runs the step itself (backward or an
+    optimizer step, here or in a function of this file it calls), not a helper the step
+    calls (`accuracy(preds, labels)`, a metric: the test loop that also calls it trains
+    nothing)."""
+    for c in facts.tree.calls_within(fn):
+        if facts.steps.is_backward_call(c) or facts.steps.is_optimizer_step(c) or facts.steps.is_scaler_call_step(c):
+            return True
+        f = c.func
+        name = f.value if isinstance(f, cst.Name) else (
+            f.attr.value if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self"
+            else None)
+        if depth < 2 and name and any(g is not fn and _takes_a_step(facts, g, depth + 1)
+                                      for g in facts.tree.functions_by_name.get(name, ())):
             return True
     return False
 
