@@ -85,7 +85,13 @@ class EvalWithoutNoGrad(Rule):
 
     ## Applies to
     torch 0.4 and later: `torch.no_grad()` came with 0.4 (before it, `Variable(x,
-    volatile=True)` turned recording off).
+    volatile=True)` turned recording off). Off by default (`extend-select = ["PF304"]`):
+    on whole public repositories, under strict review, 3 of 13 reviewed findings were
+    right. Recording a graph in an evaluation pass costs memory and some CPU bookkeeping,
+    which matters for a large model evaluated every epoch; most evaluation loops the rule
+    finds are small next to the training (a final test, a sample grid, a per-epoch pass of
+    a small model), run only under an option the shipped configurations leave off, or are
+    never called.
 
     ## References
     - PyTorch tuning guide, "Disable gradient calculation for validation or inference"
@@ -96,6 +102,7 @@ class EvalWithoutNoGrad(Rule):
     name = "eval-without-no-grad"
     summary = "evaluation loop after `.eval()` with autograd still on"
     fix_class = FixClass.SAFE_OR_UNSAFE
+    default = False  # whole-repository reviews: 3 right of 13 (see "Applies to")
     tokens = (b".eval(",)
     min_torch = (0, 4)  # `torch.no_grad()` came with 0.4 (before it: `Variable(x, volatile=True)`)
 
