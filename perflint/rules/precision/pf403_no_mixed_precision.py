@@ -86,6 +86,9 @@ def _bf16_reaches_numpy(facts: Facts, block: cst.IndentedBlock, start: int, end:
     return False
 
 
+# Graph learning libraries: sparse message passing and host-side graph batching.
+_GRAPH_LIBRARIES = frozenset({"torch_geometric", "torch_scatter", "torch_sparse", "torch_cluster", "pyg_lib", "dgl",
+                              "ogb"})
 # Environment libraries of reinforcement learning (`import gymnasium as gym`).
 _RL_ENVIRONMENTS = frozenset({"gym", "gymnasium", "envpool", "procgen", "pettingzoo", "isaacgym", "dm_control",
                               "ale_py", "atari_py", "minigrid", "vizdoom"})
@@ -254,6 +257,12 @@ class NoMixedPrecision(Rule):
     on minibatches of a few hundred between environment steps, so a step is bound by kernel
     launches and the environment, not by the matrix products autocast speeds up. Strict reviews
     counted 9 of 9 such findings false (CleanRL's DQN, PPO, SAC, TD3 and PQN scripts).
+    Silent too in graph learning, files that import PyG (`torch_geometric`, `torch_scatter`,
+    `torch_sparse`), DGL or OGB: a step is sparse gathers and scatters over the graph, small
+    node or edge predictors, and host-side sampling and batching of subgraphs, none of which
+    autocast speeds up, and scatter kernels of older PyG releases take no half inputs. Strict
+    review of OGB's examples counted 9 of 12 such findings false (negligible, or the advice
+    would break the loss); the 3 right were full-graph GCNs over millions of nodes.
 
     ## References
     - PyTorch performance tuning guide, "Use mixed precision and AMP"
@@ -276,6 +285,8 @@ class NoMixedPrecision(Rule):
             return
         if _RL_ENVIRONMENTS & {full.split(".", 1)[0] for full in facts.tree.imports.aliases.values()}:
             return  # reinforcement learning: small networks between environment steps
+        if _GRAPH_LIBRARIES & {full.split(".", 1)[0] for full in facts.tree.imports.aliases.values()}:
+            return  # graph learning: sparse message passing, host-side graph batching
         near = settings_near(facts)[0]
         if near & {"amp", "scaler"}:
             return  # autocast or a scaler in the modules around (a trainer base class, a wrapper optimizer)
