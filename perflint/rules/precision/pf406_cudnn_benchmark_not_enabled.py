@@ -12,7 +12,7 @@ from perflint.analysis.summary import WIDE_CONV
 from perflint.analysis.syntax import patch_embedding
 from perflint.names import dotted
 from perflint.rules.base import FixClass, Rule, Violation
-from perflint.rules.common import is_training_file, torch_module_name, words
+from perflint.rules.common import is_model_call, is_training_file, torch_module_name, words
 from perflint.rules.precision.helpers import (
     CONV_APIS,
     TORCHVISION_CLASSIFIER,
@@ -94,6 +94,14 @@ def _first_conv_call(facts: Facts) -> cst.Call | None:
             if ref is not None and not ref.startswith("#") and _builds_convs(facts.project.layer_apis(ref)):
                 return call
     return best
+
+
+def _first_trained_model_call(facts: Facts) -> cst.Call | None:
+    """The first model call of a training loop: where a model handed in by the callers
+    (`train_one_epoch(model, ...)`) runs its convolutions."""
+    loops = facts.loops.training_loops()
+    calls = [c for loop in loops for c in facts.tree.calls_within(loop) if is_model_call(facts, c)]
+    return min(calls, key=lambda c: facts.tree.order[c]) if calls else None
 
 
 def _builds_convs(apis) -> bool:
@@ -242,8 +250,8 @@ class CudnnBenchmarkNotEnabled(Rule):
             r = insert_setting(facts, f"{tn}.backends.cudnn.benchmark = True", tn)
             if r is not None:
                 fix = self.unsafe("Add `torch.backends.cudnn.benchmark = True`", r)
-        conv = _first_conv_call(facts)
-        what = "the convolution layers of the models it builds" if conv is None \
+        conv = _first_conv_call(facts) or _first_trained_model_call(facts)
+        what = "the convolution layers of the models it trains" if conv is None \
             else "this convolution layer" if facts.tree.qualname(conv.func) in CONV_APIS \
             else "the convolution layers of this model"
         if conv is not None and _frozen(facts, conv):
