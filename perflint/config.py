@@ -187,9 +187,7 @@ def _close(key: str) -> str:
     return f" (did you mean `{m[0]}`?)" if m else ""
 
 
-# ----------------------------------------------------------------------------------------
-# Torch requirement → target version
-# ----------------------------------------------------------------------------------------
+# ---- Torch requirement → target version -------------------------------------------------
 
 _OPTION = re.compile(r"\s(?:--?[A-Za-z])")  # start of ` --hash=…`, ` -e` … after a requirement
 
@@ -439,7 +437,7 @@ def _cog_bound(project_dir: Path) -> tuple[tuple[int, int], Path] | None:
 # notes often do: a `pytorch/pytorch:1.7.0-…` base image, `pip install torch==1.13.1`, or a
 # README's "PyTorch 1.13 or later" / "PyTorch >= 1.3".  The lowest such version is taken: a
 # safe fix must work on every torch the project says it runs on.
-_DOC_FILES = ("README.md", "README.rst", "README.txt", "README", "INSTALL.md", "docs/INSTALL.md",
+_DOC_FILES = ("README.md", "README.rst", "README.txt", "README", "INSTALL.md", "docs/INSTALL.md", "readme/INSTALL.md",
               "get_started.md", "docs/get_started.md", "GETTING_STARTED.md", "docs/GETTING_STARTED.md",
               "Dockerfile", "docker/Dockerfile")
 _DOC_BOUNDS = (
@@ -470,6 +468,9 @@ _DOC_BOUNDS = (
     re.compile(r"\bpython\s+v?\d+(?:\.\d+)*\s+(?:and|&)\s+pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
     re.compile(r"\b(?:(?:developed|tested|written|implemented|trained)\s+(?:for|with|on|using|under|in)"
                r"|compatible\s+with)\s+pytorch(?:\s+|-)(?:version\s+)?v?(\d+)\.(\d+)", re.I),
+    # "tested on Ubuntu 16.04, with … and [PyTorch](…) v1.0" (CenterTrack); "PyTorch <=1.4".
+    re.compile(r"\btested\s+(?:on|with)\b[^\n]*?\bpytorch\b(?:\]\(+[^)\s]*\)+)?\s*v?(\d+)\.(\d+)", re.I),
+    re.compile(r"\bpytorch\s*(?:version\s*)?(?:<=|≤)\s*v?(\d+)\.(\d+)", re.I),
     # "I'm using `PyTorch 0.4` in `Python 3.6`", "requires PyTorch 1.2": the author's own setup.
     re.compile(r"\b(?:using|requires?)\s+[`*]*pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
 )
@@ -607,10 +608,7 @@ def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int]
     return None, "default"
 
 
-# ----------------------------------------------------------------------------------------
-# Finding the configuration for a file
-# ----------------------------------------------------------------------------------------
-
+# ---- Finding the configuration for a file ----------------------------------------------
 
 # Target sources that are the project's package metadata (see `Resolver._folder_docs`).
 _PACKAGE_METADATA = ("pyproject.toml torch requirement", "setup.py torch requirement", "setup.cfg torch requirement")

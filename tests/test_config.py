@@ -298,6 +298,12 @@ def _pf402(root: Path, *args: str) -> bool:
         ({"README.md": "I'm using `PyTorch 0.4` in `Python 3.6`.\n"}, False),
         ({"README.md": "This requires PyTorch 1.2 and CUDA 10.\n"}, False),
         ({"README.md": "We are using PyTorch 2.5 with bf16.\n"}, True),
+        # Install notes in a `readme/` folder; the setup it was tested on, with the version after
+        # a Markdown link; a project that runs on an older torch at most.
+        ({"readme/INSTALL.md": "The code was tested on Ubuntu 16.04, with Python 3.6, CUDA 10.0, and "
+                               "[PyTorch]((http://pytorch.org/)) v1.0.\n"}, False),
+        ({"readme/INSTALL.md": "Tested on Ubuntu 22.04 with Python 3.11 and PyTorch 2.5.\n"}, True),
+        ({"INSTALL.md": "It should be compatible with PyTorch <=1.4 and python >=3.6.\n"}, False),
         ({"README.md": "My environment is pytorch1.0 and python3.\n"}, False),
         ({"README.md": "Wheels: https://example.org/cu113/torch1.10/index.html and pytorch2.5.html\n"}, True),
         # Install notes kept as a getting-started page.
