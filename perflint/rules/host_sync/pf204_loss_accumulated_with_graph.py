@@ -59,7 +59,8 @@ class LossAccumulatedWithGraph(Rule):
     so never detached (`tests/test_pf204_gradients.py` compares every gradient before and
     after the fix). Only an accumulator that outlives the step is reported: a loss function
     that sums per-sample or per-head terms in a loop, or a name bound afresh in each
-    iteration, holds one step's graph, which the step needs. The FAQ's
+    iteration, holds one step's graph, which the step needs; nor a name bound to its
+    detached copy just before the sum (`loss_batch = loss_batch.detach().cpu()`). The FAQ's
     `float(loss)` alternative changes the type and synchronises every step.
 
     ## Applies to
@@ -169,9 +170,11 @@ class LossAccumulatedWithGraph(Rule):
         if facts.grad.computed_without_grad(value):
             return False
         for c in inner_chain(value):
-            if call_name(c) in ("detach", "item", "cpu", "tolist", "numpy", "detach_"):
+            if call_name(c) in _DETACHING:
                 return False
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("float", "int"):
+            return False
+        if isinstance(value, cst.Name) and _detached_just_before(facts, value):
             return False
         if Kind.LOSS in ks:
             return True
@@ -187,6 +190,32 @@ class LossAccumulatedWithGraph(Rule):
                     if facts.tree.receiver_text(call.func.value) == value.value:
                         return True
         return False
+
+
+_DETACHING = ("detach", "item", "cpu", "tolist", "numpy", "detach_")
+
+
+def _detached_just_before(facts: Facts, name: cst.Name) -> bool:
+    """The last assignment of `name` before its use, in the same block, binds a detached
+    value: `loss_batch = loss_batch.detach().cpu()` then `loss += loss_batch`
+    (facenet-pytorch's `pass_epoch`)."""
+    where = facts.tree.block_of(name)
+    if where is None:
+        return False
+    block, i = where
+    for st in reversed(list(block.body)[:i]):
+        if not isinstance(st, cst.SimpleStatementLine):
+            if any(isinstance(n, cst.Name) and n.value == name.value for n in iter_nodes(st)):
+                return False  # bound or used in a compound statement: not followed
+            continue
+        for small in reversed(st.body):
+            if isinstance(small, cst.Assign) and any(
+                    isinstance(t.target, cst.Name) and t.target.value == name.value for t in small.targets):
+                return any(call_name(c) in _DETACHING for c in inner_chain(small.value))
+            if isinstance(small, (cst.AugAssign, cst.AnnAssign)) and isinstance(small.target, cst.Name) \
+                    and small.target.value == name.value:
+                return False
+    return False
 
 
 def _reset_each_step(facts: Facts, target: cst.CSTNode, stmt: cst.CSTNode, region: cst.CSTNode) -> bool:
