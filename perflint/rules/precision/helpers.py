@@ -239,3 +239,9 @@ def _opacus_poisson_batches(facts: Facts) -> bool:
     fixed = any(a.keyword is not None and a.keyword.value == "poisson_sampling" and literal_value(a.value) is False
                 for c in calls for a in c.args)
     return bool(calls) and (not fixed or any(call_name(c) == "BatchMemoryManager" for c in calls))
+
+
+def grad_scaler_name(facts: Facts) -> str:
+    """The GradScaler to name for the target torch: `torch.amp.GradScaler` exists from 2.3;
+    before it, `torch.cuda.amp.GradScaler` (from 1.6)."""
+    return "torch.amp.GradScaler" if facts.target_torch >= (2, 3) else "torch.cuda.amp.GradScaler"

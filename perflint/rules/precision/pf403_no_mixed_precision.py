@@ -24,6 +24,7 @@ from perflint.rules.common import (
 from perflint.rules.precision.helpers import (
     FRAMEWORK_PRECISION,
     casts_to_low_precision,
+    grad_scaler_name,
     layer_qualnames,
     settings_near,
     uses_training_framework,
@@ -155,10 +156,10 @@ def _no_bf16_autocast_fix(facts: Facts) -> str | None:
                 "compute the loss from logits with `BCEWithLogitsLoss` inside it")
     if called & _CUDNN_RNNS:
         return ("under CUDA autocast cuDNN LSTM/GRU/RNN layers run in float16 whatever the dtype asked, "
-                "so the step needs float16 with a `torch.amp.GradScaler`")
+                f"so the step needs float16 with a `{grad_scaler_name(facts)}`")
     if "torch.nn.DataParallel" in called:
         return ("`nn.DataParallel` runs its replicas in threads that enter autocast without its dtype, "
-                "so they would run float16 without a `torch.amp.GradScaler`; move to DDP first (PF503)")
+                f"so they would run float16 without a `{grad_scaler_name(facts)}`; move to DDP first (PF503)")
     return None
 
 
@@ -204,7 +205,8 @@ class NoMixedPrecision(Rule):
     ## Fix safety
     **Unsafe.** It changes numerics (bf16 has an 8-bit mantissa), and bf16 is only fast on
     compute capability ≥ 8.0 (Ampere and newer); on older GPUs use
-    `torch.autocast("cuda", dtype=torch.float16)` with a `torch.amp.GradScaler` instead
+    `torch.autocast("cuda", dtype=torch.float16)` with a GradScaler instead (the message names
+    `torch.amp.GradScaler` from torch 2.3, `torch.cuda.amp.GradScaler` before)
     (note `torch.cuda.is_bf16_supported()` returns True on pre-Ampere GPUs by default, through
     emulation). The fix wraps the statements from the first model call to the statement that
     produces the tensor passed to `.backward()`, when they sit in the same block as the
@@ -328,7 +330,7 @@ class NoMixedPrecision(Rule):
         if not why_not and ("cuda_ext" in near or facts.filewide.references("torch.utils.cpp_extension")):
             why_not = ("the model runs custom C++/CUDA extension ops (`torch.utils.cpp_extension`), which often "
                        "dispatch only float32/float16 and raise on bfloat16: check them, or use float16 with a "
-                       "`torch.amp.GradScaler`")
+                       f"`{grad_scaler_name(facts)}`")
         if why_not:
             steps = [(c, None, s, e, f) for c, b, s, e, f in steps]
         per_block: dict[cst.CSTNode, list[tuple[int, int, str]]] = {}
@@ -356,7 +358,7 @@ class NoMixedPrecision(Rule):
             other = ", so a run on another device keeps fp32" if test else ""
             message = ("CUDA training step without mixed precision: run the forward pass and loss under "
                        f'`torch.autocast("cuda", dtype=torch.bfloat16{enabled})`{other} (Ampere or newer; '
-                       "pre-Ampere GPUs should use float16 with a `torch.amp.GradScaler` instead)")
+                       f"pre-Ampere GPUs should use float16 with a `{grad_scaler_name(facts)}` instead)")
             if why_not:
                 message = ("CUDA training step without mixed precision: run the forward pass under "
                            f"`torch.autocast` — not as a plain rewrite here: {why_not}")

@@ -10,7 +10,7 @@ from perflint.diagnostics import Severity
 from perflint.analysis import NOT_LITERAL, Facts, get_arg, has_splat, literal_value
 from perflint.rules.base import Rule, Violation
 from perflint.rules.common import words
-from perflint.rules.precision.helpers import settings_near, uses_training_framework
+from perflint.rules.precision.helpers import grad_scaler_name, settings_near, uses_training_framework
 
 
 _AUTOCAST_POSITIONS = {
@@ -128,7 +128,7 @@ class Fp16WithoutGradScaler(Rule):
             yield Violation(
                 call,
                 "float16 autocast in a training step with no GradScaler: small gradients underflow "
-                "to zero; scale the loss with `torch.amp.GradScaler` or use `dtype=torch.bfloat16`",
+                f"to zero; scale the loss with `{grad_scaler_name(facts)}` or use `dtype=torch.bfloat16`",
             )
 
     @staticmethod
