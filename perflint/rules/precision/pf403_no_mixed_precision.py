@@ -87,6 +87,35 @@ def _bf16_reaches_numpy(facts: Facts, block: cst.IndentedBlock, start: int, end:
     return False
 
 
+def _moves_to_a_device(facts: Facts, loop: cst.CSTNode) -> bool:
+    """The function that holds the training loop moves something to a device (`.to(...)`,
+    `.cuda()`, a `device=` argument), itself, in a function of this file it calls in the
+    loop, or in the code of this file that calls it (`train(model, opt, loader)` after
+    `model.to(device)`); a loop at module level counts as moving. A helper of which none of
+    this holds trains on whatever device its model and batches come on: on the CPU, in a
+    file whose other helpers use CUDA (Dive-into-DL-PyTorch's `train_ch3` beside `train_ch5`)."""
+    fn = facts.tree.enclosing_function(loop)
+    if fn is None:
+        return True
+
+    def moves(scope: cst.CSTNode | None) -> bool:
+        for c in facts.tree.calls_within(scope or facts.module):
+            if scope is None and facts.tree.enclosing_function(c) is not None:
+                continue  # the module's own code, not its functions'
+            if call_name(c) in ("to", "cuda") or any(a.keyword is not None and a.keyword.value == "device"
+                                                      for a in c.args):
+                return True
+        return False
+
+    if moves(fn):
+        return True
+    for c in facts.tree.calls_within(loop):
+        if isinstance(c.func, cst.Name) and any(g is not fn and moves(g)
+                                                for g in facts.tree.functions_by_name.get(c.func.value, ())):
+            return True
+    return any(moves(facts.tree.enclosing_function(c)) for c in facts.tree.calls_named(fn.name.value))
+
+
 # Graph learning libraries: sparse message passing and host-side graph batching.
 _GRAPH_LIBRARIES = frozenset({"torch_geometric", "torch_scatter", "torch_sparse", "torch_cluster", "pyg_lib", "dgl",
                               "ogb"})
@@ -259,6 +288,10 @@ class NoMixedPrecision(Rule):
     on minibatches of a few hundred between environment steps, so a step is bound by kernel
     launches and the environment, not by the matrix products autocast speeds up. Strict reviews
     counted 9 of 9 such findings false (CleanRL's DQN, PPO, SAC, TD3 and PQN scripts).
+    Not reported for a training loop in a function that moves nothing to a device (no
+    `.to(...)`, `.cuda()` or `device=`, nor in a helper it calls in the loop, nor in the code of
+    the file that calls it): it trains on the CPU even in a file whose other helpers use
+    CUDA (Dive-into-DL-PyTorch's `train_ch3` beside `train_ch5`).
     Silent too in graph learning, files that import PyG (`torch_geometric`, `torch_scatter`,
     `torch_sparse`), DGL or OGB: a step is sparse gathers and scatters over the graph, small
     node or edge predictors, and host-side sampling and batching of subgraphs, none of which
@@ -302,6 +335,8 @@ class NoMixedPrecision(Rule):
             ctx = facts.loops.iteration_context(call)
             if ctx is None or ctx.kind != "train" or not self._updates_weights(facts, ctx.node):
                 continue
+            if not _moves_to_a_device(facts, ctx.node):
+                continue  # a helper that never moves its model or data: it trains on the CPU
             block, start, end, first = forward_range(facts, call)
             if first is None:
                 # `loss = step_loss(model, batch, device)`: the forward runs in a helper of
