@@ -60,8 +60,10 @@ class DataParallel(Rule):
     evaluation mode first (`net = net.eval()`, then `nn.DataParallel(net)`: a predictor's
     loader) or right after, in its own body (`net = nn.DataParallel(net)` … `net.eval()`, with
     no `.train()` in the function), or where it is built (`nn.DataParallel(inception).eval()
-    .to(device)`, a frozen FID network); a factory nothing in the file calls is still reported (a training script
-    elsewhere may use it). In a file that trains, not in a
+    .to(device)`, a frozen FID network), nor when the function loads a checkpoint into the
+    wrapper right after (`model = nn.DataParallel(model)`, `model.load_state_dict(...)`:
+    EasyOCR's model loader, wrapped so a DataParallel checkpoint's `module.` keys load); a
+    factory nothing in the file calls is still reported (a training script elsewhere may use it). In a file that trains, not in a
     function named for sampling or evaluation (`sample`, `test`, `evaluate`, `generate` …)
     that runs no training step itself, nor for a wrapper put in evaluation mode where it is
     built (`nn.DataParallel(model).to(device).eval()`) in a function that trains nothing and
@@ -98,6 +100,8 @@ class DataParallel(Rule):
                     continue  # a prediction, indexing or validation tool: no training step
                 if _wraps_an_evaluated_model(facts, call, fn):
                     continue  # `net = net.eval()` then `nn.DataParallel(net)`: an inference wrapper
+                if _loads_a_checkpoint_into(facts, call, fn):
+                    continue  # wrapped to load a DataParallel checkpoint, in a file that trains nothing
             elif fn is not None and _NOT_TRAINING_FN.search(fn.name.value) and not trains_in(facts, fn):
                 continue  # `def sample(self):` wraps the model to sample or evaluate, not to train
             elif fn is not None and _evaluated_in_chain(facts, call) and not trains_in(facts, fn) \
@@ -116,6 +120,23 @@ class DataParallel(Rule):
                 "`nn.DataParallel` runs all GPUs from one process (GIL-bound, replicates the model "
                 f"every step); use `DistributedDataParallel` launched with {launcher}",
             )
+
+
+def _loads_a_checkpoint_into(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:
+    """`model = nn.DataParallel(model)...` then `model.load_state_dict(...)` in the same
+    function: the wrapper is there so a checkpoint saved from DataParallel (its `module.`
+    keys) loads, in a function of a file that trains nothing (EasyOCR's `get_recognizer`,
+    a library's model loader for inference)."""
+    stmt = facts.tree.parent(call)
+    while isinstance(stmt, (cst.Attribute, cst.Call)):  # `nn.DataParallel(model).to(device)`
+        stmt = facts.tree.parent(stmt)
+    if not (isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0].target, cst.Name)):
+        return False
+    name = stmt.targets[0].target.value
+    start = facts.tree.order.get(call, 0)
+    return any(call_name(c) == "load_state_dict" and isinstance(c.func, cst.Attribute)
+               and facts.tree.receiver_text(c.func.value) == name and facts.tree.order.get(c, 0) > start
+               for c in facts.tree.calls_within(fn))
 
 
 def _wraps_an_evaluated_model(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:
