@@ -409,6 +409,15 @@ def file_trains(facts: Facts) -> bool:
 def trains_in(facts: Facts, node: cst.CSTNode) -> bool:
     """Whether the code under `node` runs a training step: backward, an optimizer step, or a
     call of a function of this file that is a training step."""
+    return _steps_in(facts, node, None, 0)
+
+
+def _steps_in(facts: Facts, node: cst.CSTNode, fn: cst.FunctionDef | None, depth: int) -> bool:
+    """A training step under `node` (the body of `fn`, when given): backward or an optimizer
+    step, or a call of a function of this file that runs one itself. At the top (`fn` None)
+    the function must also be called per training step; a helper such a step calls
+    (`accuracy(preds, labels)`, a metric) runs none, so a test loop that also calls it
+    trains nothing."""
     for c in facts.tree.calls_within(node):
         if facts.steps.is_backward_call(c) or facts.steps.is_optimizer_step(c) or facts.steps.is_scaler_call_step(c):
             return True
@@ -416,26 +425,9 @@ def trains_in(facts: Facts, node: cst.CSTNode) -> bool:
         name = f.value if isinstance(f, cst.Name) else (
             f.attr.value if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self"
             else None)
-        if name and any(facts.loops.step_function_kind(fn) == "train" and _takes_a_step(facts, fn)
-                        for fn in facts.tree.functions_by_name.get(name, ())):
-            return True
-    return False
-
-
-def _takes_a_step(facts: Facts, fn: cst.FunctionDef, depth: int = 0) -> bool:
-    """A function called per training step that runs the step itself (backward or an
-    optimizer step, here or in a function of this file it calls), not a helper the step
-    calls (`accuracy(preds, labels)`, a metric: the test loop that also calls it trains
-    nothing)."""
-    for c in facts.tree.calls_within(fn):
-        if facts.steps.is_backward_call(c) or facts.steps.is_optimizer_step(c) or facts.steps.is_scaler_call_step(c):
-            return True
-        f = c.func
-        name = f.value if isinstance(f, cst.Name) else (
-            f.attr.value if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self"
-            else None)
-        if depth < 2 and name and any(g is not fn and _takes_a_step(facts, g, depth + 1)
-                                      for g in facts.tree.functions_by_name.get(name, ())):
+        if name and depth < 3 and any(
+                g is not fn and (fn is not None or facts.loops.step_function_kind(g) == "train")
+                and _steps_in(facts, g, g, depth + 1) for g in facts.tree.functions_by_name.get(name, ())):
             return True
     return False
 
