@@ -107,13 +107,17 @@ def _moves_to_a_device(facts: Facts, loop: cst.CSTNode) -> bool:
                 return True
         return False
 
+    def called_name(c: cst.Call) -> str | None:  # `helper(...)`, `self.helper(...)`
+        f = c.func
+        return f.value if isinstance(f, cst.Name) else f.attr.value if isinstance(f, cst.Attribute) else None
+
     if moves(fn):
         return True
     for c in facts.tree.calls_within(loop):
-        if isinstance(c.func, cst.Name) and any(g is not fn and moves(g)
-                                                for g in facts.tree.functions_by_name.get(c.func.value, ())):
+        if any(g is not fn and moves(g) for g in facts.tree.functions_by_name.get(called_name(c) or "", ())):
             return True
-    return any(moves(facts.tree.enclosing_function(c)) for c in facts.tree.calls_named(fn.name.value))
+    return any(moves(facts.tree.enclosing_function(c)) for c in facts.tree.calls()
+               if called_name(c) == fn.name.value and not facts.tree.is_inside(c, fn))
 
 
 # Graph learning libraries: sparse message passing and host-side graph batching.
