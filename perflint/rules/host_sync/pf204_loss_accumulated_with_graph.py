@@ -60,7 +60,9 @@ class LossAccumulatedWithGraph(Rule):
     after the fix). Only an accumulator that outlives the step is reported: a loss function
     that sums per-sample or per-head terms in a loop, or a name bound afresh in each
     iteration, holds one step's graph, which the step needs; nor a name bound to its
-    detached copy just before the sum (`loss_batch = loss_batch.detach().cpu()`). The FAQ's
+    detached copy just before the sum (`loss_batch = loss_batch.detach().cpu()`), nor a name
+    taken apart from a loss function's result beside the loss and not named for one (`loss,
+    sub_size = output`, then `batch_size += sub_size`: a count). The FAQ's
     `float(loss)` alternative changes the type and synchronises every step.
 
     ## Applies to
@@ -176,7 +178,7 @@ class LossAccumulatedWithGraph(Rule):
             return False
         if isinstance(value, cst.Name) and _detached_just_before(facts, value):
             return False
-        if Kind.LOSS in ks:
+        if Kind.LOSS in ks and not _unpacked_beside_the_loss(facts, value):
             return True
         # A name that is `.backward()`ed somewhere in the same function (not in a function
         # nested in it, nor, at module level, in a function: that is another variable).
@@ -193,6 +195,15 @@ class LossAccumulatedWithGraph(Rule):
 
 
 _DETACHING = ("detach", "item", "cpu", "tolist", "numpy", "detach_")
+
+
+def _unpacked_beside_the_loss(facts: Facts, value: cst.BaseExpression) -> bool:
+    """A name taken apart from a loss function's result with other names, and not named
+    for a loss (`loss, sub_size = output`: DeBERTa's trainer sums `sub_size`, a count)."""
+    if not isinstance(value, cst.Name) or "loss" in value.value.lower():
+        return False
+    bs = facts.bindings.lookup(value.value, value)
+    return bool(bs) and all(b.how in ("unpack", "iter_unpack") for b in bs)
 
 
 def _detached_just_before(facts: Facts, name: cst.Name) -> bool:
