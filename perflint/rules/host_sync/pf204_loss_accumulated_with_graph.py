@@ -59,7 +59,9 @@ class LossAccumulatedWithGraph(Rule):
     so never detached (`tests/test_pf204_gradients.py` compares every gradient before and
     after the fix). Only an accumulator that outlives the step is reported: a loss function
     that sums per-sample or per-head terms in a loop, or a name bound afresh in each
-    iteration, holds one step's graph, which the step needs; nor a name bound to its
+    iteration, holds one step's graph, which the step needs (bound before each optimizer
+    step, when the loop is the sub-steps of one update: once-for-all's sub-networks,
+    gradient-accumulation chunks); nor a name bound to its
     detached copy just before the sum (`loss_batch = loss_batch.detach().cpu()`), nor a name
     taken apart from a loss function's result beside the loss and not named for one (`loss,
     sub_size = output`, then `batch_size += sub_size`: a count). The FAQ's
@@ -117,7 +119,8 @@ class LossAccumulatedWithGraph(Rule):
         acc = facts.tree.receiver_text(target)
         if acc is None:
             return
-        if _reset_each_step(facts, target, stmt, loop):
+        if _reset_each_step(facts, target, stmt, loop) or _reset_each_step(facts, target, stmt,
+                                                                           _optimizer_step_loop(facts, loop)):
             return  # bound afresh in each step: the graph lives one step, as the step needs
         if reaches_backward(facts, stmt, acc):
             return  # the sum is what is backpropagated: detaching it would drop its gradients
@@ -227,6 +230,25 @@ def _detached_just_before(facts: Facts, name: cst.Name) -> bool:
                     and small.target.value == name.value:
                 return False
     return False
+
+
+def _optimizer_step_loop(facts: Facts, loop: cst.CSTNode) -> cst.CSTNode:
+    """The loop one iteration of which is an optimizer step: `loop` itself, or, when `loop`
+    steps no optimizer and the loop around it does after it, that outer loop (`loop` then
+    runs the sub-steps of one update: gradient-accumulation chunks, DeBERTa's; the sub-networks
+    of a supernet, once-for-all's)."""
+    if not isinstance(loop, (cst.For, cst.While)):
+        return loop
+    if any(facts.steps.is_optimizer_step(c) or facts.steps.is_scaler_call_step(c) for c in facts.tree.calls_within(loop)):
+        return loop
+    outer = next((a for a in facts.tree.ancestors(loop) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))), None)
+    if not isinstance(outer, (cst.For, cst.While)):
+        return loop
+    end = facts.tree.order.get(loop, 0)
+    if any((facts.steps.is_optimizer_step(c) or facts.steps.is_scaler_call_step(c)) and facts.tree.order.get(c, 0) > end
+           and not facts.tree.is_inside(c, loop) for c in facts.tree.calls_within(outer)):
+        return outer
+    return loop
 
 
 def _reset_each_step(facts: Facts, target: cst.CSTNode, stmt: cst.CSTNode, region: cst.CSTNode) -> bool:
