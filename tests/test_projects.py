@@ -196,3 +196,12 @@ def test_a_loss_layer_built_and_never_called_does_not_block_the_autocast_rewrite
     assert by_file["train.py"]["fix"] is not None
     assert "`BCELoss`/`binary_cross_entropy` raise under CUDA autocast" in by_file["train_gan.py"]["message"]
     assert by_file["train_gan.py"]["fix"] is None
+
+
+def test_ffts_in_another_module_keep_the_bf16_rewrite_out():
+    """p47: the layers `train.py` builds run `torch.fft` in `layers.py`; cuFFT takes no
+    bfloat16, so the step is reported with the reason and no rewrite."""
+    project = PROJECTS_DIR / "p47_fft_layers_elsewhere"
+    _, diags = reported(project, str(project.relative_to(REPO)))
+    (d,) = [d for d in diags if d["code"] == "PF403"]
+    assert "cuFFT takes no bfloat16" in d["message"] and d["fix"] is None

@@ -52,8 +52,10 @@ _API = re.compile(
     r"^(torch\.nn\.[A-Z]\w*|torch\.nn\.functional\.(conv\w*|linear|bilinear|scaled_dot_product_attention|"
     r"multi_head_attention_forward)|torch\.(matmul|mm|bmm|addmm|baddbmm|addbmm|einsum|chain_matmul|conv[123]d)|"
     r"torchvision\.models\.[\w.]+|timm\.create_model|torch\.hub\.load|transformers\.[\w.]+\.from_pretrained|"
-    r"torch\.nn\.parallel\.DistributedDataParallel|torch\.distributed\.fsdp\.(FullyShardedDataParallel|fully_shard))$"
-)  # and the multi-process wrappers: a helper that builds one gives its callers a DDP path (PF503)
+    r"torch\.nn\.parallel\.DistributedDataParallel|torch\.distributed\.fsdp\.(FullyShardedDataParallel|fully_shard)|"
+    r"torch\.fft\.\w+)$"
+)  # the multi-process wrappers: a helper that builds one gives its callers a DDP path (PF503);
+# FFTs: cuFFT takes no bfloat16, so a model that runs one breaks under bf16 autocast (PF403)
 # Among a body's APIs: it builds or calls a convolution whose kernel is not known to be 1
 # (what a conv layer of kernel size 1 does is a plain matrix product: PF406's autotuner has
 # nothing to choose for it).

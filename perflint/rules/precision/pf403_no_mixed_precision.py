@@ -187,6 +187,10 @@ def _no_bf16_autocast_fix(facts: Facts) -> str | None:
     if called & _BCE:
         return ("`BCELoss`/`binary_cross_entropy` raise under CUDA autocast (\"unsafe to autocast\"); "
                 "compute the loss from logits with `BCEWithLogitsLoss` inside it")
+    if any(q.startswith("torch.fft.") for q in called):
+        return ("the model runs FFTs (`torch.fft`), and cuFFT takes no bfloat16 (float16 only for "
+                "power-of-two sizes, from torch 1.12): under autocast a matmul's half-precision output "
+                "reaching them raises; cast it with `.float()` before the FFT first")
     if called & _CUDNN_RNNS:
         return ("under CUDA autocast cuDNN LSTM/GRU/RNN layers run in float16 whatever the dtype asked, "
                 f"so the step needs float16 with a `{grad_scaler_name(facts)}`")
@@ -257,7 +261,9 @@ class NoMixedPrecision(Rule):
     (`expected m1 and m2 to have the same dtype`). No fix, and a message that says why, when
     the file calls `BCELoss`/`binary_cross_entropy` (CUDA autocast raises "unsafe to
     autocast" for them: use `BCEWithLogitsLoss` on logits; a `self.bce = nn.BCELoss()` whose
-    attribute the file never reads is not a call), builds `nn.LSTM`/`GRU`/`RNN`
+    attribute the file never reads is not a call), runs FFTs itself or in the project's layers
+    (`torch.fft`: cuFFT takes no bfloat16, and float16 only for power-of-two sizes from torch
+    1.12; state-spaces' S4), builds `nn.LSTM`/`GRU`/`RNN`
     layers (torch's autocast wrapper for cuDNN RNNs casts them to float16 whatever the dtype
     asked, `aten/src/ATen/cudnn/AutocastRNN.cpp`, so they need a GradScaler), or uses
     `nn.DataParallel` (its replica threads enter `autocast(enabled=...)` without the dtype,
@@ -282,7 +288,7 @@ class NoMixedPrecision(Rule):
     `torch.cuda.amp` but neither `torch.autocast` nor bfloat16 autocast, the advice is float16
     under `torch.cuda.amp.autocast()` with a `torch.cuda.amp.GradScaler`, with no rewrite (the
     scaler changes the backward and the step too), and none where float16 autocast would not run
-    as written (BCELoss, an `acos` margin loss, custom C++/CUDA ops, `nn.DataParallel` on 1.6,
+    as written (BCELoss, an `acos` margin loss, FFTs, custom C++/CUDA ops, `nn.DataParallel` on 1.6,
     whose replica threads enter autocast only from 1.7). Silent in files that use
     autocast, a GradScaler, Accelerate/Lightning/DeepSpeed/apex's amp or the transformers Trainer,
     precision flags (`amp`, `fp16`, `bf16`, `mixed_precision`), or cast models to
@@ -428,10 +434,12 @@ def _float16_advice(facts: Facts, steps: list, loop_of: dict) -> Iterator[Violat
     advice is float16 with a GradScaler, with no rewrite (the scaler changes the backward and
     the step too).  Silent where float16 autocast would not run as written: a margin loss's
     `acos` (its clamp to 1 - 1e-7 rounds to 1 in float16 as well), `BCELoss` ("unsafe to
-    autocast"), custom C++/CUDA ops, and `nn.DataParallel` on 1.6 (its replica threads enter
-    autocast from 1.7 on, pytorch PR #43102).  cuDNN RNNs are fine: float16 is what they run."""
+    autocast"), FFTs (cuFFT takes float16 only from 1.12), custom C++/CUDA ops, and
+    `nn.DataParallel` on 1.6 (its replica threads enter autocast from 1.7 on, pytorch PR
+    #43102).  cuDNN RNNs are fine: float16 is what they run."""
     called = layer_qualnames(facts)
     if words(facts).name_contains("acos", "asin", "arccos", "arcsin") or called & _BCE \
+            or any(q.startswith("torch.fft.") for q in called) \
             or ("torch.nn.DataParallel" in called and facts.target_torch < (1, 7)) \
             or "cuda_ext" in settings_near(facts)[0] or facts.filewide.references("torch.utils.cpp_extension"):
         return
