@@ -64,7 +64,9 @@ class LossAccumulatedWithGraph(Rule):
     gradient-accumulation chunks); nor a name bound to its
     detached copy just before the sum (`loss_batch = loss_batch.detach().cpu()`), nor a name
     taken apart from a loss function's result beside the loss and not named for one (`loss,
-    sub_size = output`, then `batch_size += sub_size`: a count). The FAQ's
+    sub_size = output`, then `batch_size += sub_size`: a count), nor a value the function
+    takes apart as a container (`output["loss"]`, `loss, size = output`: a dict or tuple
+    of outputs, which `.detach()` would not apply to). The FAQ's
     `float(loss)` alternative changes the type and synchronises every step.
 
     ## Applies to
@@ -181,6 +183,8 @@ class LossAccumulatedWithGraph(Rule):
             return False
         if isinstance(value, cst.Name) and _detached_just_before(facts, value):
             return False
+        if isinstance(value, cst.Name) and _taken_apart(facts, value):
+            return False  # a dict or tuple of outputs: `.detach()` would not apply to it
         if Kind.LOSS in ks and not _unpacked_beside_the_loss(facts, value):
             return True
         # A name that is `.backward()`ed somewhere in the same function (not in a function
@@ -198,6 +202,21 @@ class LossAccumulatedWithGraph(Rule):
 
 
 _DETACHING = ("detach", "item", "cpu", "tolist", "numpy", "detach_")
+
+
+def _taken_apart(facts: Facts, name: cst.Name) -> bool:
+    """The function takes the value `name` holds apart, as a container: `output["loss"]`,
+    `loss, size = output` (DeBERTa's trainer appends its loss function's whole result)."""
+    fn = facts.tree.enclosing_function(name) or facts.module
+    for use in facts.tree.names_in(fn, name.value):
+        parent = facts.tree.parent(use)
+        if isinstance(parent, cst.Subscript) and parent.value is use and any(
+                isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.SimpleString) for e in parent.slice):
+            return True
+        if isinstance(parent, cst.Assign) and parent.value is use and any(
+                isinstance(t.target, (cst.Tuple, cst.List)) for t in parent.targets):
+            return True
+    return False
 
 
 def _unpacked_beside_the_loss(facts: Facts, value: cst.BaseExpression) -> bool:
