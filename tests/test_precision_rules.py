@@ -26,7 +26,7 @@ def test_metadata():
         "PF403": (Severity.INFO, "unsafe", True, (1, 6)),
         "PF404": (Severity.ERROR, "none", True, None),
         "PF405": (Severity.INFO, "unsafe", False, (1, 12)),  # off by default (issue 21 review: 0.60 tuned, 0/5 held out)
-        "PF406": (Severity.WARNING, "unsafe", True, None),
+        "PF406": (Severity.WARNING, "unsafe", False, None),  # off by default (whole-repository reviews)
         "PF407": (Severity.WARNING, "none", True, (2, 0)),
         "PF408": (Severity.INFO, "none", False, None),
         "PF409": (Severity.WARNING, "safe or unsafe", False, None),  # off by default (issue 21 review: 0.77)

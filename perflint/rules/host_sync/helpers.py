@@ -121,7 +121,7 @@ def _value_feeds_environment(facts: Facts, value: cst.CSTNode, depth: int) -> bo
     return False
 
 
-_CLOCKS = {"time.perf_counter", "time.perf_counter_ns", "time.time", "time.time_ns", "time.monotonic",
+CLOCKS = _CLOCKS = {"time.perf_counter", "time.perf_counter_ns", "time.time", "time.time_ns", "time.monotonic",
            "time.monotonic_ns", "timeit.default_timer"}
 
 

@@ -26,7 +26,9 @@ class DebugModeLeftOn(Rule):
     `torch.autograd.detect_anomaly()`, and (in files with a training loop)
     `torch.autograd.profiler.profile(...)` / `emit_nvtx()`. Calls guarded by a flag — under an
     `if`, or with a non-literal argument such as `set_detect_anomaly(args.debug)` or
-    `profile(enabled=args.profile)` — are left alone.
+    `profile(enabled=args.profile)` — are left alone, as is a profiler whose report the code
+    reads (`with profile(...) as prof:`, then `prof.export_chrome_trace(...)`,
+    `prof.key_averages()` or `print(prof)`): a profiling run, not a switch left on.
 
     ## Why is this bad?
     Anomaly detection records a stack trace for every autograd node and checks every
@@ -71,7 +73,7 @@ class DebugModeLeftOn(Rule):
                 continue
             if kind == "profiler" and not has_training:
                 continue
-            if self._guarded(facts, call, q):
+            if self._guarded(facts, call, q) or (kind == "profiler" and self._report_read(facts, call)):
                 continue
             what = "anomaly detection" if kind == "anomaly" else "the autograd profiler"
             yield Violation(
@@ -79,6 +81,21 @@ class DebugModeLeftOn(Rule):
                 f"{what} is switched on unconditionally (anomaly detection measured 5.3× slower per step); "
                 "guard it with a debug flag",
             )
+
+    @staticmethod
+    def _report_read(facts: Facts, call: cst.Call) -> bool:
+        """`with profile(...) as prof:`, then `prof.export_chrome_trace(...)`, `print(prof)` or
+        `prof.key_averages()`: a profiling run whose report the code reads, not a leftover
+        (MVSNet's `--mode profile`)."""
+        item = facts.tree.parents.get(call)
+        if not (isinstance(item, cst.WithItem) and item.asname is not None
+                and isinstance(item.asname.name, cst.Name)):
+            return False
+        name = item.asname.name
+        scope = facts.tree.enclosing_function(call) or facts.tree.module
+        return any(n is not name for n in facts.tree.names_in(scope, name.value)
+                   if not isinstance(facts.tree.parents.get(n), cst.Attribute)
+                   or facts.tree.parents[n].value is n)
 
     @staticmethod
     def _guarded(facts: Facts, call: cst.Call, q: str) -> bool:

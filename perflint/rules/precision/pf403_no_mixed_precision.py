@@ -8,6 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from perflint.diagnostics import Severity
+from perflint.rules.host_sync.helpers import CLOCKS
 from perflint.analysis import Facts, call_name, iter_nodes
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import (
@@ -164,6 +165,60 @@ def _forward_starts_earlier(facts: Facts, block: cst.IndentedBlock, start: int, 
     return False
 
 
+def _timed_on_fixed_inputs(facts: Facts, loop: cst.CSTNode, first: cst.Call) -> bool:
+    """`start = time.time()`, then `for i in range(1000):` stepping a layer on the same
+    tensors every time, then `time.time() - start`: a timing benchmark of the step
+    (Pyraformer's attention tests time float32 layers against each other); autocast would
+    change what it measures. A timed loop that takes new data each iteration still trains."""
+    where = facts.tree.block_of(loop)
+    if not isinstance(loop, cst.For) or where is None or not first.args:
+        return False
+    block, i = where
+    body = list(block.body)
+    clocks = {t.target.value for st in body[max(i - 3, 0):i] if isinstance(st, cst.SimpleStatementLine)
+              for small in st.body if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call)
+              and facts.tree.qualname(small.value.func) in CLOCKS
+              for t in small.targets if isinstance(t.target, cst.Name)}
+    if not clocks or not any(
+        isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Subtract)
+        and isinstance(n.right, cst.Name) and n.right.value in clocks
+        for st in body[i + 1:i + 4] for n in iter_nodes(st)
+    ):
+        return False
+    bound: set[str] = set()
+    for n in iter_nodes(loop):
+        targets: list[cst.CSTNode] = []
+        if isinstance(n, cst.Assign):
+            targets = [t.target for t in n.targets]
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.For)):
+            targets = [n.target]
+        for t in targets:
+            bound |= {m.value for m in iter_nodes(t) if isinstance(m, cst.Name)}
+    return all(isinstance(a.value, cst.Name) and a.value.value not in bound for a in first.args)
+
+
+def _stops_after_a_few(loop: cst.CSTNode) -> bool:
+    """`for ii, (x, y) in enumerate(loader): …; if ii == 3: break`: a probe of a few batches (a
+    course's CPU-against-GPU timing demo), not a training run."""
+    if not (isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call) and call_name(loop.iter) == "enumerate"
+            and isinstance(loop.target, cst.Tuple) and loop.target.elements
+            and isinstance(loop.target.elements[0].value, cst.Name) and isinstance(loop.body, cst.IndentedBlock)):
+        return False
+    counter = loop.target.elements[0].value.value
+    for st in loop.body.body:
+        test = st.test if isinstance(st, cst.If) and st.orelse is None else None
+        if not (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and test.left.value == counter
+                and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, (cst.Equal, cst.GreaterThan, cst.GreaterThanEqual))
+                and isinstance(test.comparisons[0].comparator, cst.Integer)
+                and int(test.comparisons[0].comparator.value) <= 20):
+            continue
+        body = st.body.body if isinstance(st.body, cst.IndentedBlock) else ()
+        if any(isinstance(b, cst.SimpleStatementLine) and any(isinstance(x, cst.Break) for x in b.body) for b in body):
+            return True
+    return False
+
+
 def rebuild_block(block: cst.IndentedBlock, ranges: list[tuple[int, int, str]]) -> cst.IndentedBlock:
     """`block` with each `body[start:end + 1]` wrapped in `with <item>:`."""
     body = list(block.body)
@@ -308,6 +363,12 @@ class NoMixedPrecision(Rule):
     autocast speeds up, and scatter kernels of older PyG releases take no half inputs. Strict
     review of OGB's examples counted 9 of 12 such findings false (negligible, or the advice
     would break the loss); the 3 right were full-graph GCNs over millions of nodes.
+    Nor for a timing benchmark of a step: a clock read just before the loop, the elapsed time
+    taken just after it, and the model fed the same tensors on every iteration (Pyraformer's
+    tests of its attention layers' time and memory in float32): autocast would change what is
+    measured. A timed loop that takes new data each iteration is training, and is reported.
+    Nor for a loop that stops after a few batches (`for ii, (x, y) in enumerate(loader):` …
+    `if ii == 3: break`): a probe, such as a course's CPU-against-GPU timing demo.
 
     ## References
     - PyTorch performance tuning guide, "Use mixed precision and AMP"
@@ -352,7 +413,7 @@ class NoMixedPrecision(Rule):
                 # `loss = step_loss(model, batch, device)`: the forward runs in a helper of
                 # this file; reported at that call, without a rewrite.
                 first, block = _helper_forward_call(facts, call), None
-            if first is None:
+            if first is None or _timed_on_fixed_inputs(facts, ctx.node, first) or _stops_after_a_few(ctx.node):
                 continue
             if block is not None and _forward_starts_earlier(facts, block, start, end):
                 block = None  # reported, but the rewrite would leave part of the forward in fp32
