@@ -23,11 +23,11 @@ from perflint.rules.data_loading.helpers import (
     iterated_once,
     loader_arg,
     loader_options,
-    read_cheaply,
     resolved,
     token_collator,
     words_mention_tokenizer,
 )
+from perflint.rules.data_loading.reads import read_cheaply
 from perflint.analysis.vocab import Kind
 
 

@@ -23,12 +23,11 @@ from perflint.rules.data_loading.helpers import (
     dataset_origin,
     graph_collator,
     loader_options,
-    read_cheaply,
-    read_sites,
     facts_literal_values,
     token_collator,
     worker_count,
 )
+from perflint.rules.data_loading.reads import read_cheaply, read_sites
 
 
 def _flat_sites(sites: list) -> list:

@@ -16,10 +16,10 @@ from perflint.rules.data_loading.helpers import (
     dataloaders,
     iterated_once,
     loader_options,
-    read_cheaply,
     worker_count,
     workers_of,
 )
+from perflint.rules.data_loading.reads import read_cheaply
 
 
 def _rebuilt_each_round(facts: Facts, call: cst.Call) -> bool:

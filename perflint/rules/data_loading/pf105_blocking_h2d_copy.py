@@ -19,8 +19,8 @@ from perflint.rules.data_loading.helpers import (
     index_loader,
     loader_arg,
     loader_options,
-    read_cheaply,
 )
+from perflint.rules.data_loading.reads import read_cheaply
 from perflint.rules.host_sync.helpers import waits_at_once
 from perflint.rules.host_sync.waits import copy_waits_elsewhere, drained_at_iteration_end
 from perflint.analysis.vocab import Kind
