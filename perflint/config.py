@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from perflint.torchdocs import docs_bound as _docs_bound, read_text as _read_text
+
 
 DEFAULT_TARGET = (2, 4)
 DEFAULT_EXCLUDE = (
@@ -295,6 +297,16 @@ def torch_lower_bound(requirements: list[str]) -> tuple[int, int] | None:
     return best
 
 
+def _names_torch(requirements: list[str]) -> bool:
+    """Whether the lines ask for torch at all (`torch`, `torch<3`, `torch==1.13.1`)."""
+    for line in _logical_lines(requirements):
+        if "torch" in line.lower() and not line.startswith("-"):
+            parsed = _specifiers(_OPTION.split(line, 1)[0].strip())
+            if parsed is not None and parsed[0].lower() in ("torch", "pytorch"):
+                return True
+    return False
+
+
 def _poetry_spec(spec: object) -> str | None:
     if isinstance(spec, dict):
         spec = spec.get("version", "")
@@ -368,13 +380,6 @@ def _read_requirements(path: Path, depth: int = 0) -> list[str]:
     return out
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
-    except OSError:
-        return ""
-
-
 # A torch requirement written as a string in setup.py (`install_requires=["torch>=1.8"]`).
 _SETUP_PY_REQ = re.compile(r"""["']\s*(torch\s*(?:\[[^\]]*\])?\s*[<>=!~][^"']*)["']""")
 # A conda dependency line: `- pytorch=1.13`, `- pytorch::pytorch>=2.0`, `- torch==2.1.0` (pip).
@@ -431,72 +436,6 @@ def _cog_bound(project_dir: Path) -> tuple[tuple[int, int], Path] | None:
     path = project_dir / "cog.yaml"
     found = [(int(m.group(1)), int(m.group(2))) for m in _COG_REQ.finditer(_read_text(path))]
     return (min(found), path) if found else None
-
-
-# Where no machine-readable requirement bounds torch, the project's Dockerfiles and install
-# notes often do: a `pytorch/pytorch:1.7.0-…` base image, `pip install torch==1.13.1`, or a
-# README's "PyTorch 1.13 or later" / "PyTorch >= 1.3".  The lowest such version is taken: a
-# safe fix must work on every torch the project says it runs on.
-_DOC_FILES = ("README.md", "README.rst", "README.txt", "README", "INSTALL.md", "docs/INSTALL.md", "readme/INSTALL.md",
-              "get_started.md", "docs/get_started.md", "GETTING_STARTED.md", "docs/GETTING_STARTED.md",
-              "Dockerfile", "docker/Dockerfile")
-_DOC_BOUNDS = (
-    re.compile(r"^\s*FROM\s+(?:docker\.io/)?pytorch/pytorch:v?(\d+)\.(\d+)", re.M | re.I),
-    re.compile(r"\b(?:pip3?|conda|mamba)\s+install\b[^\n]*?[\s\"'](?:py)?torch\s*(?:==|>=|=|~=)\s*v?(\d+)\.(\d+)"),
-    # "PyTorch (>= 0.4.1)", "[PyTorch](https://pytorch.org/) >= 1.9.0", "PyTorch ( == 0.4.1, …)"
-    re.compile(r"\b(?:py)?torch(?:\]\([^)\s]*\))?\s*\(?\s*(?:version\s*)?(?:>=|≥|=>|==)\s*v?(\d+)\.(\d+)", re.I),
-    # An environment listed on one line: "Python 3.6.5, PyTorch 1.1.0, Numpy 1.16.3", "with
-    # python version 3.6, PyTorch version 1.7.1, CUDA 11.0".
-    # ("8 NVIDIA V100 GPUs, CUDA 10.1/CuDNN 7.6.5, PyTorch 1.7.0.": the last item, then a full stop).
-    # ("tested with CUDA 10.2/CuDNN 7.6.5, PyTorch 1.9.0 and timm 0.4.9.": an item before "and").
-    re.compile(r"(?:^|[,;])[ \t]*(?:py)?torch[ \t]*(?:version[ \t]*)?v?(\d+)\.(\d+)(?:\.\d+)*[ \t]*"
-               r"(?=[,;]|[ \t]+and[ \t]|\.?[ \t]*$)", re.I | re.M),
-    # An install step that names the version: "6. Install [PyTorch 1.0]", "install PyTorch 1.4".
-    re.compile(r"\binstall\s+\[?(?:py)?torch\s+v?(\d+)\.(\d+)", re.I),
-    re.compile(r"\bpytorch\s*v?(\d+)\.(\d+)(?:\.\d+)?\s*(?:\+|or\s+(?:later|higher|newer|above|greater)"
-               r"|and\s+(?:later|above|higher|newer))", re.I),
-    # A requirements list item ("* PyTorch 2.0", "- pytorch: 1.7.1", "1. PyTorch 1.8") and
-    # "developed / tested with PyTorch 1.8.1", "compatible with PyTorch 0.4.1/1.0": the
-    # version the code was written for.
-    # ("- [PyTorch](http://pytorch.org) install = 1.4.0": the name behind a link, "install").
-    re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t]+(?:\*\*)?(?:\[(?:py)?torch\]\([^)\s]*\)|(?:py)?torch)(?:\*\*)?[ \t]*"
-               r"(?:version[ \t]*|install[ \t]*)?[:=]?[ \t]*v?(\d+)\.(\d+)", re.I | re.M),
-    # "My environment is pytorch1.0", "tested with `pytorch1.3`": the version run together
-    # with the name (not in a path: `cu113/torch1.10/index.html`).
-    re.compile(r"(?<![\w/.-])pytorch(\d+)\.(\d+)(?![\w/])", re.I),
-    # "64-bit Python 3.7 and PyTorch 1.7.1": the environment in prose.
-    re.compile(r"\bpython\s+v?\d+(?:\.\d+)*\s+(?:and|&)\s+pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
-    re.compile(r"\b(?:(?:developed|tested|written|implemented|trained)\s+(?:for|with|on|using|under|in)"
-               r"|compatible\s+with)\s+pytorch(?:\s+|-)(?:version\s+)?v?(\d+)\.(\d+)", re.I),
-    # "tested on Ubuntu 16.04, with … and [PyTorch](…) v1.0" (CenterTrack); "PyTorch <=1.4".
-    re.compile(r"\btested\s+(?:on|with)\b[^\n]*?\bpytorch\b(?:\]\(+[^)\s]*\)+)?\s*v?(\d+)\.(\d+)", re.I),
-    re.compile(r"\bpytorch\s*(?:version\s*)?(?:<=|≤)\s*v?(\d+)\.(\d+)", re.I),
-    # "I'm using `PyTorch 0.4` in `Python 3.6`", "requires PyTorch 1.2": the author's own setup.
-    re.compile(r"\b(?:using|requires?)\s+[`*]*pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
-)
-
-
-def _docs_bound(project_dir: Path) -> tuple[tuple[int, int], Path] | None:
-    best = None
-    names = list(_DOC_FILES)
-    try:
-        present = {p.name.lower(): p.name for p in project_dir.iterdir()}
-    except OSError:
-        present = {}
-    # `readme.md`, `Readme.md`: the folder's own spelling of a top-level name.
-    names = [present.get(n.lower(), n) if "/" not in n else n for n in names]
-    names += sorted(v for k, v in present.items() if k.startswith("dockerfile."))
-    for name in names:
-        path = project_dir / name
-        text = _read_text(path)[:200_000]
-        for rx in _DOC_BOUNDS:
-            for m in rx.finditer(text):
-                v = (int(m.group(1)), int(m.group(2)))
-                if v[0] < 1 and v[1] == 0 or v[0] > 9:
-                    continue  # not a torch version
-                if best is None or v < best[0]:
-                    best = (v, path)
-    return best
 
 
 # Code written for torch 0.3 or older: `Variable(x, volatile=True)` (no effect since 0.4) and
@@ -563,7 +502,13 @@ def detect_target(project_dir: Path, data: dict | None) -> tuple[tuple[int, int]
         found = torch_lower_bound(_pyproject_requirements(data))
         if found is not None:
             return found, f"{project_dir / 'pyproject.toml'} torch requirement"
-    for req_file in _requirement_files(project_dir):
+    files = _requirement_files(project_dir)
+    main = project_dir / "requirements.txt"
+    if main in files and _names_torch(_read_requirements(main)):
+        # The main file asks for torch, bounded or not: the variants beside it
+        # (`requirements_onnx_encoder.txt`'s export pins, a platform's file) are not the project's bound.
+        files = [main]
+    for req_file in files:
         found = torch_lower_bound(_read_requirements(req_file))
         if found is not None:
             return found, f"{req_file} torch requirement"

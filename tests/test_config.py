@@ -306,6 +306,17 @@ def _pf402(root: Path, *args: str) -> bool:
         ({"INSTALL.md": "It should be compatible with PyTorch <=1.4 and python >=3.6.\n"}, False),
         ({"README.md": "My environment is pytorch1.0 and python3.\n"}, False),
         ({"README.md": "Wheels: https://example.org/cu113/torch1.10/index.html and pytorch2.5.html\n"}, True),
+        # The main requirements file asks for any torch: a variant's pins (an ONNX export's
+        # `requirements_onnx_encoder.txt`) do not bound the project; with no torch in the main
+        # file, a variant's bound counts.
+        ({"requirements.txt": "torch\ntorchaudio\n", "requirements_onnx_encoder.txt": "torch==1.13.1\n"}, True),
+        ({"requirements.txt": "numpy\n", "requirements_gpu.txt": "torch==1.13.1\n"}, False),
+        # The environment as the interpreter prints it (Adan's Transformer-XL notes).
+        ({"README.md": "```python\ntorch.__version__  = '1.1.0'\n```\n"}, False),
+        # A conda command with no torch version installs the newest build for its CUDA
+        # (1.7.1 for cudatoolkit 10.1); a CUDA the table does not know bounds nothing.
+        ({"README.md": "conda install pytorch torchvision cudatoolkit=10.1 -c pytorch\n"}, False),
+        ({"README.md": "conda install pytorch torchvision cudatoolkit=11.8 -c pytorch\n"}, True),
         # Install notes kept as a getting-started page.
         ({"get_started.md": "- Install `PyTorch>=1.8.0` and `torchvision>=0.9.0` with `CUDA>=10.2`\n"}, False),
         ({"docs/GETTING_STARTED.md": "conda install pytorch==1.10.0 -c pytorch\n"}, False),
