@@ -12,6 +12,7 @@ from perflint.names import dotted
 from perflint.rules.base import Rule, Violation
 from perflint.rules.common import (
     file_trains,
+    param_for,
     is_training_file,
     runs_once,
     throttled_in_loop,
@@ -75,7 +76,9 @@ class DataParallel(Rule):
     wrapper every later use of which sits under a throttle in a loop (`sampler =
     nn.DataParallel(sampler)` called only `if step % args.sample_step == 0:`), nor for one
     unwrapped before any forward (`net = nn.DataParallel(net)`, `net.load_state_dict(...)`,
-    `net = net.module`: it only lets a DataParallel checkpoint load).
+    `net = net.module`: it only lets a DataParallel checkpoint load), nor for one handed only
+    to functions of the file that train nothing and call it only under `torch.no_grad()`
+    (a feature extractor run before the function trains another model).
 
     ## References
     - `torch.nn.DataParallel` documentation
@@ -111,6 +114,8 @@ class DataParallel(Rule):
                 continue  # `sampler = nn.DataParallel(sampler)` used only under `if step % N == 0:`
             if _unwrapped_before_use(facts, call, fn or facts.module):
                 continue  # wrapped to load a DataParallel checkpoint, then `net = net.module`
+            if fn is not None and _handed_only_to_inference(facts, call, fn):
+                continue  # `net = nn.DataParallel(net)` handed only to a helper that runs it under `no_grad`
             if trains and facts.hotpath.runs_instead_of_training(call):
                 continue  # `if args.test_only: net = nn.DataParallel(net); ...; sys.exit(0)`: a run that does not train
             # `torchrun` came with torch 1.10; before it, `torch.distributed.launch` started the ranks.
@@ -224,6 +229,36 @@ def _evaluated_after(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:
 
 # Methods of a wrapper that run no forward pass (nothing is replicated).
 _NO_FORWARD = {"load_state_dict", "eval", "train", "cuda", "to", "state_dict"}
+
+
+def _handed_only_to_inference(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:
+    """`training_network = nn.DataParallel(network, devices)`, then the wrapper only handed to
+    functions of this file that train nothing and call it only under `torch.no_grad()`
+    (incremental_learning.pytorch's `_extract_features`, before the function trains another
+    model): the wrapper runs inference, where DistributedDataParallel has nothing to offer."""
+    assign = facts.tree.parent(call)
+    if not (isinstance(assign, cst.Assign) and assign.value is call and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)):
+        return False
+    target = assign.targets[0].target
+    uses = [u for u in facts.tree.later_uses(target.value, fn, facts.tree.order.get(target, 0))
+            if not facts.tree.is_inside(u, call) and not isinstance(facts.tree.parent(u), cst.AssignTarget)]
+    if not uses:
+        return False
+    for u in uses:
+        arg, site = facts.tree.parent(u), facts.tree.parent(facts.tree.parent(u))
+        if not (isinstance(arg, cst.Arg) and arg.value is u and isinstance(site, cst.Call) and isinstance(site.func, cst.Name)):
+            return False
+        callees = facts.tree.functions_by_name.get(site.func.value) or []
+        param = param_for(callees[0], site, arg) if len(callees) == 1 else None
+        if param is None or trains_in(facts, callees[0]):
+            return False
+        runs = [n for n in facts.tree.names_in(callees[0], param) if n is not callees[0].name]
+        calls = [facts.tree.parent(n) for n in runs if isinstance(facts.tree.parent(n), cst.Call)
+                 and facts.tree.parent(n).func is n]
+        if not calls or len(calls) != len(runs) - 1 or any(facts.grad.grad_context(c) != "off" for c in calls):
+            return False  # the parameter itself, then only calls under no_grad
+    return True
 
 
 def _unwrapped_before_use(facts: Facts, call: cst.Call, scope: cst.CSTNode) -> bool:
