@@ -54,6 +54,8 @@ _DOC_BOUNDS = (
     re.compile(r"\bpytorch\s*(?:version\s*)?(?:<=|≤)\s*v?(\d+)\.(\d+)", re.I),
     # "I'm using `PyTorch 0.4` in `Python 3.6`", "requires PyTorch 1.2": the author's own setup.
     re.compile(r"\b(?:using|requires?)\s+[`*]*pytorch\s+(?:version\s+)?v?(\d+)\.(\d+)", re.I),
+    # "Platform: Pytorch 0.4" (a readme's environment line).
+    re.compile(r"\bplatforms?\s*:\s*[^\n]*?\bpytorch\s*v?(\d+)\.(\d+)", re.I),
     # The environment as the interpreter prints it: "torch.__version__  = '1.1.0'".
     re.compile(r"\btorch\.__version__\s*[:=]=?\s*['\"]?v?(\d+)\.(\d+)"),
 )

@@ -311,6 +311,8 @@ def _pf402(root: Path, *args: str) -> bool:
         # file, a variant's bound counts.
         ({"requirements.txt": "torch\ntorchaudio\n", "requirements_onnx_encoder.txt": "torch==1.13.1\n"}, True),
         ({"requirements.txt": "numpy\n", "requirements_gpu.txt": "torch==1.13.1\n"}, False),
+        # A readme's environment line (Efficient-AI-Backbones' versatile_filters).
+        ({"readme.md": "Platform: Pytorch 0.4\n"}, False),
         # The environment as the interpreter prints it (Adan's Transformer-XL notes).
         ({"README.md": "```python\ntorch.__version__  = '1.1.0'\n```\n"}, False),
         # A conda command with no torch version installs the newest build for its CUDA

@@ -27,6 +27,9 @@ _INEXACT_METHODS = {"mean", "sum"}
 _INEXACT_FUNCS = {"numpy.mean", "numpy.sum"}
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power)
 _SHAPE_ATTRS = {"shape", "ndim", "size"}
+# An interactive app reads the file a user uploads, once per request: the decode is not in a
+# data pipeline, and tens of microseconds per request are nothing next to the model's run.
+_APP_FRAMEWORKS = {"gradio", "streamlit", "flask", "fastapi"}
 
 
 def _device_arg(facts: Facts, arg: cst.Arg) -> bool:
@@ -228,7 +231,9 @@ class AudioDecodedAsFloat64(Rule):
     differ in the last bits), and other uses of the array see float32 instead of float64.
 
     ## Applies to
-    Any file that uses soundfile; no torch version or device condition.
+    Any file that uses soundfile; no torch version or device condition. Not in an interactive
+    app (a file that imports gradio, streamlit, flask or fastapi): it reads the file a user
+    uploads, once per request, outside any data pipeline.
 
     ## References
     - python-soundfile `soundfile.read` documentation (`dtype='float64'` default)
@@ -243,6 +248,8 @@ class AudioDecodedAsFloat64(Rule):
     tokens = (b"soundfile",)
 
     def check(self, facts: Facts) -> Iterator[Violation]:
+        if _APP_FRAMEWORKS & {full.split(".", 1)[0] for full in facts.tree.imports.aliases.values()}:
+            return  # a web UI's handler: one read per request (so-vits-svc's webUI.py)
         reads = [(c, "soundfile.read") for c in facts.tree.calls_to("soundfile.read")]
         reads += [(c, "SoundFile.read") for c in facts.tree.calls() if _soundfile_object_read(facts, c)]
         for call, what in sorted(reads, key=lambda r: facts.tree.order.get(r[0], 0)):

@@ -363,6 +363,10 @@ class NoMixedPrecision(Rule):
     autocast speeds up, and scatter kernels of older PyG releases take no half inputs. Strict
     review of OGB's examples counted 9 of 12 such findings false (negligible, or the advice
     would break the loss); the 3 right were full-graph GCNs over millions of nodes.
+    Nor in quantization-aware training (a file that uses `torch.quantization`,
+    `torch.ao.quantization` or NVIDIA's `pytorch_quantization`): fake quantization simulates
+    an int8 grid, and under bfloat16 autocast the fake-quantized values land off that grid
+    (RepVGG's QAT script), which defeats what the training is for.
     Nor for a timing benchmark of a step: a clock read just before the loop, the elapsed time
     taken just after it, and the model fed the same tensors on every iteration (Pyraformer's
     tests of its attention layers' time and memory in float32): autocast would change what is
@@ -393,6 +397,8 @@ class NoMixedPrecision(Rule):
             return  # reinforcement learning: small networks between environment steps
         if _GRAPH_LIBRARIES & {full.split(".", 1)[0] for full in facts.tree.imports.aliases.values()}:
             return  # graph learning: sparse message passing, host-side graph batching
+        if facts.filewide.references("torch.quantization.", "torch.ao.quantization.", "pytorch_quantization."):
+            return  # quantization-aware training: fake quantization simulates an int8 grid that autocast would blur
         near = settings_near(facts)[0]
         if near & {"amp", "scaler"}:
             return  # autocast or a scaler in the modules around (a trainer base class, a wrapper optimizer)
