@@ -311,6 +311,9 @@ def _pf402(root: Path, *args: str) -> bool:
         # file, a variant's bound counts.
         ({"requirements.txt": "torch\ntorchaudio\n", "requirements_onnx_encoder.txt": "torch==1.13.1\n"}, True),
         ({"requirements.txt": "numpy\n", "requirements_gpu.txt": "torch==1.13.1\n"}, False),
+        # A requirements list item whose link text holds the version (Self-Attention-GAN).
+        ({"README.md": "## Prerequisites\n* [Python 3.5+](https://www.continuum.io/downloads)\n"
+                       "* [PyTorch 0.3.0](http://pytorch.org/)\n"}, False),
         # A readme's environment line (Efficient-AI-Backbones' versatile_filters).
         ({"readme.md": "Platform: Pytorch 0.4\n"}, False),
         # The environment as the interpreter prints it (Adan's Transformer-XL notes).

@@ -53,8 +53,9 @@ class DataParallel(Rule):
     checkpoints and logs are written.
 
     ## Applies to
-    All torch versions (for a target before 1.10, which has no `torchrun`, the message names
-    `python -m torch.distributed.launch`); multi-GPU CUDA code. Not in the `else:` of `if
+    Target torch 0.4 and later (for a target before 1.10, which has no `torchrun`, the message
+    names `python -m torch.distributed.launch`; before 0.4 there was no launcher, and code
+    written for torch 0.3 has more to port than the wrapper); multi-GPU CUDA code. Not in the `else:` of `if
     torch.cuda.is_available():` (CPU only: nothing is replicated), and not in a file that
     does not train when the wrapper is built at module level or in a function run once (a
     prediction or validation script's `main`), nor when the function put the wrapped model in
@@ -78,7 +79,9 @@ class DataParallel(Rule):
     unwrapped before any forward (`net = nn.DataParallel(net)`, `net.load_state_dict(...)`,
     `net = net.module`: it only lets a DataParallel checkpoint load), nor for one handed only
     to functions of the file that train nothing and call it only under `torch.no_grad()`
-    (a feature extractor run before the function trains another model).
+    (a feature extractor run before the function trains another model), nor for a wrapped
+    `nn.ModuleList` or `nn.ModuleDict` (a container has no `forward`: the wrapper is never
+    called, and the modules inside run unwrapped; EDSR-style loss classes).
 
     ## References
     - `torch.nn.DataParallel` documentation
@@ -89,6 +92,7 @@ class DataParallel(Rule):
     name = "data-parallel"
     summary = "nn.DataParallel instead of DistributedDataParallel"
     tokens = (b"DataParallel",)
+    min_torch = (0, 4)  # `torch.distributed.launch` came with 0.4 (pytorch PR #5348): before it, no launcher to name
 
     def check(self, facts: Facts) -> Iterator[Violation]:
         trains = is_training_file(facts) or file_trains(facts)
@@ -114,6 +118,8 @@ class DataParallel(Rule):
                 continue  # `sampler = nn.DataParallel(sampler)` used only under `if step % N == 0:`
             if _unwrapped_before_use(facts, call, fn or facts.module):
                 continue  # wrapped to load a DataParallel checkpoint, then `net = net.module`
+            if _wraps_a_container(facts, call):
+                continue  # `nn.DataParallel(self.loss_module)` of an `nn.ModuleList`: it has no forward to replicate
             if fn is not None and _handed_only_to_inference(facts, call, fn):
                 continue  # `net = nn.DataParallel(net)` handed only to a helper that runs it under `no_grad`
             if trains and facts.hotpath.runs_instead_of_training(call):
@@ -229,6 +235,30 @@ def _evaluated_after(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:
 
 # Methods of a wrapper that run no forward pass (nothing is replicated).
 _NO_FORWARD = {"load_state_dict", "eval", "train", "cuda", "to", "state_dict"}
+
+
+_CONTAINERS = {"torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.ParameterList", "torch.nn.ParameterDict"}
+
+
+def _wraps_a_container(facts: Facts, call: cst.Call) -> bool:
+    """`self.loss_module = nn.ModuleList()` … `nn.DataParallel(self.loss_module, ...)`: a
+    container has no `forward`, so the wrapper can never be called and replicates nothing
+    (EDSR-style loss classes, RCAN); the losses inside run unwrapped."""
+    if not call.args:
+        return False
+    arg = call.args[0].value
+    if isinstance(arg, cst.Name):
+        values = [b.node for b in facts.bindings.lookup(arg.value, arg) if b.how == "expr"]
+    elif isinstance(arg, cst.Attribute) and isinstance(arg.value, cst.Name) and arg.value.value == "self":
+        cls = facts.tree.enclosing_class(call)
+        values = [] if cls is None else [
+            a.value for a in facts.tree.nodes_within(cls, cst.Assign)
+            if any(isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
+                   and t.target.value.value == "self" and t.target.attr.value == arg.attr.value for t in a.targets)
+            and a.value is not call]
+    else:
+        return False
+    return bool(values) and all(isinstance(v, cst.Call) and facts.tree.qualname(v.func) in _CONTAINERS for v in values)
 
 
 def _handed_only_to_inference(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:
