@@ -7,7 +7,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from perflint.analysis import Facts, call_name, iter_nodes, literal_value
+from perflint.analysis import Facts, call_name, get_arg, iter_nodes, literal_value
 from perflint.names import dotted
 from perflint.rules.base import Rule, Violation
 from perflint.rules.common import (
@@ -81,7 +81,9 @@ class DataParallel(Rule):
     to functions of the file that train nothing and call it only under `torch.no_grad()`
     (a feature extractor run before the function trains another model), nor for a wrapped
     `nn.ModuleList` or `nn.ModuleDict` (a container has no `forward`: the wrapper is never
-    called, and the modules inside run unwrapped; EDSR-style loss classes).
+    called, and the modules inside run unwrapped; EDSR-style loss classes), nor for one given a
+    single device (`device_ids=[0]`, or a name bound only to a one-element list: DataParallel
+    then calls the module directly, with no replicas).
 
     ## References
     - `torch.nn.DataParallel` documentation
@@ -118,6 +120,8 @@ class DataParallel(Rule):
                 continue  # `sampler = nn.DataParallel(sampler)` used only under `if step % N == 0:`
             if _unwrapped_before_use(facts, call, fn or facts.module):
                 continue  # wrapped to load a DataParallel checkpoint, then `net = net.module`
+            if _one_device(facts, call):
+                continue  # `nn.DataParallel(net, device_ids=[0])`: one GPU, nothing replicated
             if _wraps_a_container(facts, call):
                 continue  # `nn.DataParallel(self.loss_module)` of an `nn.ModuleList`: it has no forward to replicate
             if fn is not None and _handed_only_to_inference(facts, call, fn):
@@ -235,6 +239,27 @@ def _evaluated_after(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:
 
 # Methods of a wrapper that run no forward pass (nothing is replicated).
 _NO_FORWARD = {"load_state_dict", "eval", "train", "cuda", "to", "state_dict"}
+
+
+def _one_device(facts: Facts, call: cst.Call) -> bool:
+    """`device_ids=[0]` (or a name bound only to a one-element list or tuple, or `range(1)`):
+    DataParallel on one GPU calls the module directly, with no replicas and no threads
+    (DnCNN-PyTorch's `device_ids = [0]`)."""
+    arg = get_arg(call, "device_ids", 1)
+    if arg is None:
+        return False
+
+    def single(v: cst.BaseExpression | None) -> bool:
+        if isinstance(v, (cst.List, cst.Tuple)):
+            return len(v.elements) == 1 and not isinstance(v.elements[0], cst.StarredElement)
+        return isinstance(v, cst.Call) and call_name(v) == "range" and len(v.args) == 1 \
+            and literal_value(v.args[0].value) == 1
+
+    value = arg.value
+    if isinstance(value, cst.Name):
+        bs = facts.bindings.lookup(value.value, value)
+        return bool(bs) and all(b.how == "expr" and single(b.node) for b in bs)
+    return single(value)
 
 
 _CONTAINERS = {"torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.ParameterList", "torch.nn.ParameterDict"}
