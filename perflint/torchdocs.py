@@ -40,9 +40,10 @@ _DOC_BOUNDS = (
     # "developed / tested with PyTorch 1.8.1", "compatible with PyTorch 0.4.1/1.0": the
     # version the code was written for.
     # ("- [PyTorch](http://pytorch.org) install = 1.4.0": the name behind a link, "install";
-    # "* [PyTorch 0.3.0](http://pytorch.org/)": the version inside the link's text).
-    re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t]+(?:\*\*)?(?:\[(?:py)?torch\]\([^)\s]*\)|\[?(?:py)?torch)(?:\*\*)?[ \t]*"
-               r"(?:version[ \t]*|install[ \t]*)?[:=]?[ \t]*v?(\d+)\.(\d+)", re.I | re.M),
+    # "* [PyTorch 0.3.0](http://pytorch.org/)": the version inside the link's text;
+    # "- a PyTorch install version 0.1.8": DeepCluster's).
+    re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t]+(?:an?[ \t]+)?(?:\*\*)?(?:\[(?:py)?torch\]\([^)\s]*\)|\[?(?:py)?torch)(?:\*\*)?[ \t]*"
+               r"(?:install[ \t]*)?(?:version[ \t]*)?[:=]?[ \t]*v?(\d+)\.(\d+)", re.I | re.M),
     # "My environment is pytorch1.0", "tested with `pytorch1.3`": the version run together
     # with the name (not in a path: `cu113/torch1.10/index.html`).
     re.compile(r"(?<![\w/.-])pytorch(\d+)\.(\d+)(?![\w/])", re.I),

@@ -314,6 +314,9 @@ def _pf402(root: Path, *args: str) -> bool:
         # A requirements list item whose link text holds the version (Self-Attention-GAN).
         ({"README.md": "## Prerequisites\n* [Python 3.5+](https://www.continuum.io/downloads)\n"
                        "* [PyTorch 0.3.0](http://pytorch.org/)\n"}, False),
+        # "- a PyTorch install version 0.1.8" (DeepCluster's requirements list).
+        ({"README.md": "## Requirements\n- a Python installation version 2.7\n"
+                       "- a PyTorch install version 0.1.8 ([pytorch.org](http://pytorch.org))\n"}, False),
         # A readme's environment line (Efficient-AI-Backbones' versatile_filters).
         ({"readme.md": "Platform: Pytorch 0.4\n"}, False),
         # The environment as the interpreter prints it (Adan's Transformer-XL notes).

@@ -61,7 +61,8 @@ class LossAccumulatedWithGraph(Rule):
     that sums per-sample or per-head terms in a loop, or a name bound afresh in each
     iteration, holds one step's graph, which the step needs (bound before each optimizer
     step, when the loop is the sub-steps of one update: once-for-all's sub-networks,
-    gradient-accumulation chunks); nor a name bound to its
+    gradient-accumulation chunks; bound before each batch, when the loop inside the loop over
+    a loader steps one head after another: iBOT's linear heads); nor a name bound to its
     detached copy just before the sum (`loss_batch = loss_batch.detach().cpu()`), nor a name
     taken apart from a loss function's result beside the loss and not named for one (`loss,
     sub_size = output`, then `batch_size += sub_size`: a count), nor a value the function
@@ -124,6 +125,9 @@ class LossAccumulatedWithGraph(Rule):
         if _reset_each_step(facts, target, stmt, loop) or _reset_each_step(facts, target, stmt,
                                                                            _optimizer_step_loop(facts, loop)):
             return  # bound afresh in each step: the graph lives one step, as the step needs
+        batch_loop = _batch_loop_around(facts, loop)
+        if batch_loop is not None and _reset_each_step(facts, target, stmt, batch_loop):
+            return  # `losses = []` per batch, one loss per head the batch trains: it lives one batch
         if reaches_backward(facts, stmt, acc):
             return  # the sum is what is backpropagated: detaching it would drop its gradients
         why = facts.hotpath.hot_path(stmt)
@@ -249,6 +253,16 @@ def _detached_just_before(facts: Facts, name: cst.Name) -> bool:
                     and small.target.value == name.value:
                 return False
     return False
+
+
+def _batch_loop_around(facts: Facts, loop: cst.CSTNode) -> cst.CSTNode | None:
+    """The loop over a loader's batches around `loop`, when `loop` itself iterates no loader
+    (`for classifier, optimizer in zip(classifiers, optimizers):` inside `for x, y in
+    loader:`, iBOT's linear heads): what is bound afresh per batch lives one batch."""
+    if not isinstance(loop, cst.For) or facts.loops.iterates_loader(loop):
+        return None
+    outer = next((a for a in facts.tree.ancestors(loop) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))), None)
+    return outer if isinstance(outer, cst.For) and facts.loops.iterates_loader(outer) else None
 
 
 def _optimizer_step_loop(facts: Facts, loop: cst.CSTNode) -> cst.CSTNode:
