@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -205,3 +206,39 @@ def test_ffts_in_another_module_keep_the_bf16_rewrite_out():
     _, diags = reported(project, str(project.relative_to(REPO)))
     (d,) = [d for d in diags if d["code"] == "PF403"]
     assert "cuFFT takes no bfloat16" in d["message"] and d["fix"] is None
+
+
+def test_a_loss_layer_another_module_reads_still_blocks_the_autocast_rewrite(tmp_path):
+    """The head's `self.bce_loss` is unread in models.py, but once another module of the
+    project calls `model.bce_loss(...)` it may run under autocast, where `BCELoss` raises:
+    the detector's step keeps the reason and gets no rewrite."""
+    project = tmp_path / "p44"
+    shutil.copytree(PROJECTS_DIR / "p44_unused_loss_layer", project)
+    (project / "extra_loss.py").write_text("import torch\n\n\ndef objectness(model, p, t):\n"
+                                         "    return model.bce_loss(torch.sigmoid(p), t)\n")
+    _, diags = reported(project, ".", cwd=project)
+    (d,) = [d for d in diags if d["code"] == "PF403" and Path(d["filename"]).name == "train.py"]
+    assert "`BCELoss`/`binary_cross_entropy` raise under CUDA autocast" in d["message"]
+    assert d["fix"] is None
+
+
+def test_a_local_loss_layer_another_module_reads_still_blocks_the_autocast_rewrite(tmp_path):
+    """The model class is in the training file, which never reads `.bce_loss`; the loss
+    module the step calls does (`model.bce_loss(...)`): still no plain rewrite."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.4"]\n')
+    (tmp_path / "losses.py").write_text("import torch\n\n\ndef objectness(model, p, t):\n"
+                                        "    return model.bce_loss(torch.sigmoid(p), t)\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nimport torch.nn as nn\n\nfrom losses import objectness\n\n\n"
+        "class Det(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.conv = nn.Conv2d(3, 8, 3, padding=1)\n        self.bce_loss = nn.BCELoss()\n\n"
+        "    def forward(self, x):\n        return self.conv(x)\n\n\n"
+        "def main():\n    model = Det().cuda()\n    optimizer = torch.optim.Adam(model.parameters())\n"
+        "    for step in range(100):\n        x = torch.randn(8, 3, 32, 32, device=\"cuda\")\n"
+        "        t = torch.rand(8, 8, 32, 32, device=\"cuda\")\n        out = model(x)\n"
+        "        loss = objectness(model, out, t)\n        optimizer.zero_grad(set_to_none=True)\n"
+        "        loss.backward()\n        optimizer.step()\n")
+    _, diags = reported(tmp_path, ".", cwd=tmp_path)
+    (d,) = [d for d in diags if d["code"] == "PF403"]
+    assert "`BCELoss`/`binary_cross_entropy` raise under CUDA autocast" in d["message"]
+    assert d["fix"] is None

@@ -225,7 +225,10 @@ class ProjectIndex:
         got = self.entry(where)
         if got is not None and depth <= MAX_DEPTH:
             _, data = got
-            out |= set(data.get("apis", ()))
+            for api in data.get("apis", ()):
+                q, _, attr = api.partition("@")
+                if not attr or self._attribute_read_elsewhere(attr, where[0]):
+                    out.add(q)  # a loss stored as `self.<attr>` counts once another module reads `.<attr>`
             refs = list(data.get("uses", ()))
             if got[0] == "class":
                 refs += list(data.get("bases", ()))
@@ -236,6 +239,18 @@ class ProjectIndex:
         res = frozenset(out)
         self._memo[key] = res
         return res
+
+    def _attribute_read_elsewhere(self, attr: str, path: str) -> bool:
+        """Whether a module other than `path` uses `.<attr>` on an object (its summary's
+        `attrs`), or a module's summary is missing (unknown: counted as read)."""
+        by_name = self._memo.get(("attr-readers",))
+        if by_name is None:
+            by_name = {}
+            for p, summary in self.summaries.items():
+                for name in (summary or {}).get("attrs", ()):
+                    by_name.setdefault(name, set()).add(p)
+            self._memo[("attr-readers",)] = by_name
+        return bool(by_name.get(attr, set()) - {path}) or len(self.summaries) < len(self.all_files)
 
     def class_attr_kinds(self, where: tuple[str, str], attr: str, depth: int = 0) -> frozenset[str] | None:
         """Kinds of `self.<attr>` set in a project class (or its project bases)."""
@@ -499,6 +514,12 @@ class ProjectView:
     def resolve(self, ref: str) -> tuple[str, str] | None:
         return self._ask(("resolve", ref), lambda: self.index.resolve(self.path, ref))  # type: ignore[union-attr]
 
+    def attribute_read_elsewhere(self, attr: str) -> bool:
+        """Whether another module of the project uses `.<attr>` (see `ProjectIndex`)."""
+        # True or None (not False): a question answered None counts as asked of nothing.
+        return bool(self._ask(("attr-read", attr),
+                              lambda: self.index._attribute_read_elsewhere(attr, self.path) or None))  # type: ignore[union-attr]
+
     def call_kinds(self, ref: str) -> frozenset[str]:
         def compute():
             w = self.index.resolve(self.path, ref)  # type: ignore[union-attr]
@@ -704,7 +725,7 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "cfgfile": view.config_data, "outside": view.called_only_outside_training,
                   "unused": view.never_used, "ctor": view.only_while_building,
                   "graphm": view.graph_collate_method, "graphf": view.graph_collate,
-                  "trainsin": view.file_of_trains}.get(kind)
+                  "trainsin": view.file_of_trains, "attr-read": view.attribute_read_elsewhere}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

@@ -36,7 +36,7 @@ from perflint.analysis.syntax import (NOT_LITERAL, argparse_dest, call_name, get
 from perflint.analysis.vocab import Kind, DATALOADER, _OPTION_ROOTS, loads_model
 from perflint.names import ImportTable, dotted
 
-SUMMARY_VERSION = 12
+SUMMARY_VERSION = 13
 # Import roots that are never the project's own modules.
 LIBRARY_ROOTS = frozenset({
     "torch", "numpy", "np", "scipy", "torchvision", "torchaudio", "transformers", "accelerate", "timm", "os", "sys",
@@ -147,7 +147,10 @@ def _body_info(facts, container: cst.CSTNode) -> dict:
         q = facts.tree.qualname(call.func)
         if q is not None and _API.match(q) and (not q.endswith(".from_pretrained") or loads_model(q)):
             if q.endswith("Loss") and facts.tree.unread_self_attribute(call):
-                continue  # a loss built and never called
+                # A loss this file stores and never reads: recorded with its attribute name, so
+                # the project counts it only where another module reads that name (`model.bce(...)`).
+                apis.add(f"{q}@{facts.tree.parent(call).targets[0].target.attr.value}")
+                continue
             apis.add(q)
             if _wide_conv(call, q):
                 apis.add(WIDE_CONV)

@@ -142,7 +142,7 @@ def layer_qualnames(facts: Facts) -> set[str]:
     got = getattr(w, "_called", None)
     if got is None:
         got = {q for c in facts.tree.calls() if (q := facts.tree.qualname(c.func))
-               and not (q.endswith("Loss") and facts.tree.unread_self_attribute(c))}  # not a loss built, never called
+               and not (q.endswith("Loss") and _loss_never_called(facts, c))}
         got |= facts.kinds.calls.project_layer_apis  # layers built by the project's model classes used here
         w._called = got  # type: ignore[attr-defined]
     return got
@@ -223,6 +223,15 @@ def variable_input_shapes(facts: Facts) -> bool:
                     if isinstance(n, cst.Call) and call_name(n) in _RANDOM_CALLS:
                         return True
     return False
+
+
+def _loss_never_called(facts: Facts, call: cst.Call) -> bool:
+    """`self.bce_loss = nn.BCELoss()` that neither this file nor another module of the
+    project reads (`.bce_loss`): a loss built and never called."""
+    if not facts.tree.unread_self_attribute(call):
+        return False
+    attr = facts.tree.parent(call).targets[0].target.attr.value  # type: ignore[union-attr]
+    return facts.project is None or not facts.project.attribute_read_elsewhere(attr)
 
 
 _OPACUS_SAMPLING = {"make_private", "make_private_with_epsilon", "DPDataLoader", "BatchMemoryManager"}
