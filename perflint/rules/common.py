@@ -278,6 +278,17 @@ def script_device(facts: Facts, at: cst.CSTNode, region: cst.CSTNode | None = No
     tn = torch_module_name(facts)
     if tn is None:
         return None, None
+    dev, call = _script_device_expr(facts, at, region, models_only)
+    if dev is None or dev is _CUDA:
+        return None, call
+    assert isinstance(dev, cst.BaseExpression)
+    return _device_type_test(facts, dev, tn), call
+
+
+def _script_device_expr(facts: Facts, at: cst.CSTNode, region: cst.CSTNode | None,
+                        models_only: bool) -> tuple[object, cst.Call | None]:
+    """The device expression `script_device` goes by (`_CUDA` for one that is CUDA for sure,
+    None for none) and the call that moves to it."""
     found: list[tuple[object, cst.Call]] = []
     if region is not None:
         for call in facts.tree.calls_within(region):
@@ -295,17 +306,45 @@ def script_device(facts: Facts, at: cst.CSTNode, region: cst.CSTNode | None = No
         found = moves
     for dev, call in found:
         if dev is _CUDA:
-            return None, call
+            return _CUDA, call
         assert isinstance(dev, cst.BaseExpression)
         ks = facts.devices.device_kinds(dev)
         if ks == {Kind.DEVICE_CUDA}:
-            return None, call
+            return _CUDA, call
         if ks == {Kind.DEVICE_CPU} or (ks and ks <= {Kind.DEVICE_CPU, Kind.DEVICE_OTHER}):
             continue  # a CPU copy (logging, checkpoints), not the training device
         if not _names_reach(facts, dev, at, call):
             continue
-        return _device_type_test(facts, dev, tn), call
+        return dev, call
     return None, None
+
+
+def runs_on_cpu_by_default(facts: Facts, at: cst.CSTNode, region: cst.CSTNode | None = None) -> bool:
+    """The device `script_device` goes by is an option whose default is the CPU
+    (`add_argument('--device', default='cpu')`, then `.to(args.device)`, also through
+    `device = torch.device(args.device)`): the run as written trains on the CPU."""
+    dev, _ = _script_device_expr(facts, at, region, False)
+    if not isinstance(dev, cst.BaseExpression):
+        return False
+    default = _option_default_device(facts, dev, 0)
+    return isinstance(default, str) and default.strip().lower() == "cpu"
+
+
+def _option_default_device(facts: Facts, expr: cst.BaseExpression, depth: int) -> object:
+    if depth > 3:
+        return None
+    if isinstance(expr, cst.Call) and facts.tree.qualname(expr.func) == "torch.device" and len(expr.args) == 1 \
+            and expr.args[0].keyword is None and not expr.args[0].star:
+        return _option_default_device(facts, expr.args[0].value, depth + 1)
+    if isinstance(expr, cst.Name):
+        bs = facts.bindings.lookup(expr.value, expr)
+        if len(bs) == 1 and bs[0].how == "expr" and isinstance(bs[0].node, cst.BaseExpression):
+            return _option_default_device(facts, bs[0].node, depth + 1)
+        return None
+    if isinstance(expr, cst.Attribute):
+        found, default = facts.cross.option_default(expr)
+        return default if found else None
+    return None
 
 
 def _is_step_boundary(facts: Facts, call: cst.Call) -> bool:

@@ -16,6 +16,7 @@ from perflint.rules.common import (
     forward_range,
     is_model_call,
     optimizes_inputs_only,
+    runs_on_cpu_by_default,
     script_device,
     torch_module_name,
     updates_weights,
@@ -356,7 +357,10 @@ class NoMixedPrecision(Rule):
     Not reported for a training loop in a function that moves nothing to a device (no
     `.to(...)`, `.cuda()` or `device=`, nor in a helper it calls in the loop, nor in the code of
     the file that calls it): it trains on the CPU even in a file whose other helpers use
-    CUDA (Dive-into-DL-PyTorch's `train_ch3` beside `train_ch5`).
+    CUDA (Dive-into-DL-PyTorch's `train_ch3` beside `train_ch5`). Nor when the step's device
+    is an option whose default is the CPU (`add_argument('--device', default='cpu')`, then
+    `.to(args.device)`, also through `device = torch.device(args.device)`): the run as written
+    trains on the CPU (makemore, whose README trains on a laptop).
     Silent too in graph learning, files that import PyG (`torch_geometric`, `torch_scatter`,
     `torch_sparse`), DGL or OGB: a step is sparse gathers and scatters over the graph, small
     node or edge predictors, and host-side sampling and batching of subgraphs, none of which
@@ -424,6 +428,8 @@ class NoMixedPrecision(Rule):
                 first, block = _helper_forward_call(facts, call), None
             if first is None or _timed_on_fixed_inputs(facts, ctx.node, first) or _stops_after_a_few(ctx.node):
                 continue
+            if runs_on_cpu_by_default(facts, first, ctx.node):
+                continue  # `--device` defaults to "cpu": the run as written trains on the CPU
             if block is not None and _forward_starts_earlier(facts, block, start, end):
                 block = None  # reported, but the rewrite would leave part of the forward in fp32
             if block is not None and _bf16_reaches_numpy(facts, block, start, end):
