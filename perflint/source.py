@@ -35,8 +35,10 @@ MAGIC_PLACEHOLDER = "pass  # perflint: ipython magic"
 CELL_MAGIC_PLACEHOLDER = "pass  # perflint: ipython cell magic"
 # Line magics, shell escapes, help (`?obj`, `obj?`), `x = !cmd` / `x = %magic`, and the
 # automagics IPython runs without their `%` (it has automagic on by default): `pip install …`,
-# `conda install …`.
-_MAGIC_RE = re.compile(r"^\s*(?:[%!?]|[\w.]+\s*=\s*[%!]|(?:pip|conda|mamba)\s+(?:install|uninstall|list|show)\b)"
+# `conda install …`, `cd folder` (Colab notebooks: `cd DeOldify` after a `!git clone`), and
+# `pwd`/`ls`/`popd` alone on their line.
+_MAGIC_RE = re.compile(r"^\s*(?:[%!?]|[\w.]+\s*=\s*[%!]|(?:pip|conda|mamba)\s+(?:install|uninstall|list|show)\b"
+                       r"|(?:cd|pushd)\s+[^\s=(\[.,:;+\-*/%&|<>!]|(?:cd|pwd|ls|popd)\s*$)"
                        r"|\?\s*$")
 
 

@@ -216,6 +216,12 @@ def test_automagic_pip_install_is_not_a_syntax_error(proj):
     assert fixed.exit_code == 0, fixed.output
     cell = json.loads((proj / "nb.ipynb").read_text())["cells"][5]["source"]
     assert "".join(cell).startswith("pip install torch\nconda install -y numpy\n")
+    # `cd folder` after a `!git clone` (Colab notebooks), `pwd` alone: automagics too
+    nb["cells"][5]["source"] = "cd DeOldify\npwd\nscaler = torch.cuda.amp.GradScaler()\n"
+    write(proj, {"nb.ipynb": dump(nb)})
+    r = run("check", "--no-cache", "--output-format", "concise", "--select", "PF402")
+    assert r.exit_code == 1, r.output
+    assert "nb.ipynb:cell 6:3:10: PF402" in r.stdout
     # a name that merely starts like it is still Python: `pip_install = 1` parses, untouched
     nb["cells"][5]["source"] = "pipeline = 1\npip install torch\n"
     write(proj, {"nb.ipynb": dump(nb)})
