@@ -242,3 +242,24 @@ def test_a_local_loss_layer_another_module_reads_still_blocks_the_autocast_rewri
     (d,) = [d for d in diags if d["code"] == "PF403"]
     assert "`BCELoss`/`binary_cross_entropy` raise under CUDA autocast" in d["message"]
     assert d["fix"] is None
+
+
+def test_a_warm_run_sees_the_optimizer_wrapper_take_set_to_none(tmp_path, monkeypatch):
+    """p48's `loss_batch(..., opt)` is silent while the project's `OptimWrapper.zero_grad`
+    takes no `set_to_none`; once the wrapper accepts it, the cached silence is not served:
+    the answer is re-asked and the bare `zero_grad()` is reported."""
+    proj = tmp_path / "p48"
+    shutil.copytree(PROJECTS_DIR / "p48_optimizer_wrapper_param", proj)
+    monkeypatch.chdir(proj)
+    env = {"PERFLINT_CACHE_DIR": str(tmp_path / "cache")}
+
+    def pf301_rows() -> list[int]:
+        r = run("check", ".", "--output-format", "json", env=env)
+        assert r.exit_code in (0, 1), r.output
+        return sorted(d["location"]["row"] for d in json.loads(r.stdout) if d["code"] == "PF301")
+
+    assert pf301_rows() == [34]
+    assert pf301_rows() == [34]  # warm
+    src = (proj / "callback.py").read_text()
+    (proj / "callback.py").write_text(src.replace("def zero_grad(self):", "def zero_grad(self, set_to_none=False):"))
+    assert pf301_rows() == [16, 34]

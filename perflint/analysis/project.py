@@ -316,6 +316,16 @@ class ProjectIndex:
                                   for cls in (summary.get("classes") or {}).values())
         return self._memo[key]
 
+    def method_rejects(self, name: str, keyword: str) -> bool:
+        """Whether some project class defines a method `name` that takes no argument
+        `keyword` (nor `**kwargs`): fastai's `OptimWrapper.zero_grad(self)`."""
+        key = ("rejects", name, keyword)
+        if key not in self._memo:
+            self._memo[key] = any(_rejects_keyword((cls.get("methods") or {}).get(name), keyword)
+                                  for summary in self.summaries.values()
+                                  for cls in (summary.get("classes") or {}).values())
+        return self._memo[key]
+
     def builds_unpinnable(self, where: tuple[str, str], depth: int = 0) -> bool:
         """Whether the project function at `where` builds, itself or through the project
         functions it calls, an instance of a batch container that `pin_memory` cannot pin:
@@ -652,6 +662,11 @@ class ProjectView:
         """See `ProjectIndex.narrow_copy_method`."""
         return bool(self._ask(("narrow", name), lambda: self.index.narrow_copy_method(name)))  # type: ignore[union-attr]
 
+    def method_rejects(self, name: str, keyword: str) -> bool:
+        """See `ProjectIndex.method_rejects` (True or None: a class that accepts it says nothing)."""
+        return bool(self._ask(("rejects", name, keyword),
+                              lambda: self.index.method_rejects(name, keyword) or None))  # type: ignore[union-attr]
+
     def graph_collate_method(self, name: str) -> bool:
         """See `ProjectIndex.graph_collate_method`."""
         return bool(self._ask(("graphm", name), lambda: self.index.graph_collate_method(name) or None))  # type: ignore[union-attr]
@@ -694,10 +709,14 @@ class ProjectView:
 
 
 def _rejects_non_blocking(method: dict | None) -> bool:
+    return _rejects_keyword(method, "non_blocking")
+
+
+def _rejects_keyword(method: dict | None, keyword: str) -> bool:
     if not method:
         return False
     sig = method.get("sig") or {}
-    return "non_blocking" not in (sig.get("pos") or []) + (sig.get("kwonly") or []) and not sig.get("varkw")
+    return keyword not in (sig.get("pos") or []) + (sig.get("kwonly") or []) and not sig.get("varkw")
 
 
 def unpinnable(methods: dict) -> bool:
@@ -725,7 +744,8 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "cfgfile": view.config_data, "outside": view.called_only_outside_training,
                   "unused": view.never_used, "ctor": view.only_while_building,
                   "graphm": view.graph_collate_method, "graphf": view.graph_collate,
-                  "trainsin": view.file_of_trains, "attr-read": view.attribute_read_elsewhere}.get(kind)
+                  "trainsin": view.file_of_trains, "attr-read": view.attribute_read_elsewhere,
+                  "rejects": view.method_rejects}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

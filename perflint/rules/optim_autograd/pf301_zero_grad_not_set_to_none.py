@@ -51,6 +51,8 @@ class ZeroGradNotSetToNone(Rule):
     (before 1.7 there is no `set_to_none` to pass; from 2.0 it is the default), and not on
     an instance of a wrapper class of the project (a learning-rate scheduler around the
     optimizer, such as `ScheduledOptim`) whose own `zero_grad` takes no `set_to_none`, nor
+    on a parameter of the function (whatever the callers pass) in a project that defines
+    such a class (fastai's `OptimWrapper`, handed to `loss_batch(..., opt)` in DeOldify), nor
     for `super().zero_grad()` in a class none of whose bases is a torch optimizer or module
     (nanotron's optimizer wrappers calling their base wrapper's). Not in a function named
     for evaluation or inspection (`val`, `evaluate`, `gradcam` …) that steps no optimizer:
@@ -135,7 +137,7 @@ def _wrapper_receiver(facts: Facts, recv: cst.BaseExpression) -> bool:
                                            for b in cls.bases)
     ref = facts.cross.instance_class(recv)
     if ref is None:
-        return False
+        return _parameter(facts, recv) and _a_class_rejects_set_to_none(facts)
     if ref.startswith("#"):
         cls = facts.tree.classes_by_name.get(ref[1:])
         if cls is None:
@@ -149,3 +151,26 @@ def _wrapper_receiver(facts: Facts, recv: cst.BaseExpression) -> bool:
         return not any(b.startswith(("torch.optim.", "torch.nn.")) for b in bases) and Kind.MODEL not in facts.kinds.of(recv)
     kinds = facts.project.class_kinds(ref) if facts.project is not None else frozenset()
     return not ({Kind.MODEL, Kind.OPTIMIZER} & set(kinds))
+
+
+def _parameter(facts: Facts, recv: cst.BaseExpression) -> bool:
+    """`recv` is a parameter of the function (`def loss_batch(model, xb, yb, loss_func, opt)`):
+    what it holds is whatever the callers pass."""
+    if not isinstance(recv, cst.Name):
+        return False
+    bs = facts.bindings.lookup(recv.value, recv)
+    return bool(bs) and all(b.how == "param" for b in bs)
+
+
+def _a_class_rejects_set_to_none(facts: Facts) -> bool:
+    """A class of this file or the project defines a `zero_grad` that takes no `set_to_none`
+    (nor `**kwargs`): an optimizer wrapper (fastai's `OptimWrapper.zero_grad(self)`) that a
+    parameter may hold, on which the fix would raise a TypeError."""
+    for fn in facts.tree.functions_by_name.get("zero_grad", []):
+        if facts.tree.enclosing_class(fn) is None:
+            continue
+        params = fn.params
+        names = {p.name.value for p in (*params.params, *params.kwonly_params, *params.posonly_params)}
+        if "set_to_none" not in names and not isinstance(params.star_kwarg, cst.Param):
+            return True
+    return facts.project is not None and facts.project.method_rejects("zero_grad", "set_to_none")
