@@ -251,6 +251,11 @@ def _no_bf16_autocast_fix(facts: Facts) -> str | None:
         return ("under CUDA autocast cuDNN LSTM/GRU/RNN layers run in float16 whatever the dtype asked, "
                 f"so the step needs float16 with a `{grad_scaler_name(facts)}`")
     if "torch.nn.DataParallel" in called:
+        if "torch.nn.parallel.DistributedDataParallel" in called:
+            # DP only as the fallback of a DDP script (AdaBins: `--distributed` in its configs)
+            return ("its `nn.DataParallel` fallback runs the replicas in threads that enter autocast without "
+                    f"its dtype, so they would run float16 without a `{grad_scaler_name(facts)}`; enable "
+                    "autocast on the `DistributedDataParallel` path")
         return ("`nn.DataParallel` runs its replicas in threads that enter autocast without its dtype, "
                 f"so they would run float16 without a `{grad_scaler_name(facts)}`; move to DDP first (PF503)")
     return None
@@ -323,7 +328,9 @@ class NoMixedPrecision(Rule):
     layers (torch's autocast wrapper for cuDNN RNNs casts them to float16 whatever the dtype
     asked, `aten/src/ATen/cudnn/AutocastRNN.cpp`, so they need a GradScaler), or uses
     `nn.DataParallel` (its replica threads enter `autocast(enabled=...)` without the dtype,
-    `torch/nn/parallel/parallel_apply.py`, so they run float16), or builds custom C++/CUDA ops
+    `torch/nn/parallel/parallel_apply.py`, so they run float16; the message says to move to
+    DDP first, or, in a script whose DataParallel is only the fallback of a
+    `DistributedDataParallel` path, to enable autocast on that path), or builds custom C++/CUDA ops
     (`torch.utils.cpp_extension`, in the file or a module it imports): kernels dispatched with
     `AT_DISPATCH_FLOATING_TYPES_AND_HALF` raise "not implemented for 'BFloat16'" under bf16
     autocast (stylegan2's fused_bias_act/upfirdn2d). bf16 needs no GradScaler:
