@@ -411,11 +411,12 @@ class ProjectPhase:
         """A hash of what the answers to the file's questions are computed from: its project's
         files, and the content of each file summarised (a summary is a function of the
         content and of perflint's code, which keys the cache).  None for a file whose
-        questions read a config file (YAML/JSON, which no stamp covers): its cached findings
+        questions read a config file (YAML/JSON) or the project's documented command lines
+        (README, shell scripts), which no stamp covers: its cached findings
         are served only once the answers are asked again and hash the same.  A file that asked
         whether a function is code nothing runs (`never_used`) also reads the notebooks and
         the scripts with no summary: their sizes and times join its stamp."""
-        if any(q.startswith('["cfgfile"') for q in questions):
+        if any(q.startswith(('["cfgfile"', '["launch"')) for q in questions):
             return None
         root = self.roots.get(key)
         index = self.indexes.get(root or "")

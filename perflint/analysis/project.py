@@ -622,6 +622,18 @@ class ProjectView:
                          lambda: read_config(self.index.root, os.path.dirname(self.path), literal,  # type: ignore[union-attr]
                                              read_regular))
 
+    def documented_on_one_gpu(self) -> bool:
+        """Whether the project's README/Markdown command lines and shell scripts run this
+        script, and every such run makes exactly one GPU visible (`CUDA_VISIBLE_DEVICES=0
+        python train.py`; see `analysis.launches`).  True or None."""
+        from perflint.analysis.launches import gpus_of_runs
+
+        def compute():
+            runs = gpus_of_runs(self.index.root, self.path)  # type: ignore[union-attr]
+            return bool(runs) and all(runs) or None
+
+        return bool(self._ask(("launch",), compute))
+
     def star_aliases(self) -> dict[str, str]:
         return self._ask(("stars",), lambda: self.index.star_aliases(self.path) or None) or {}  # type: ignore[union-attr]
 
@@ -745,7 +757,7 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "unused": view.never_used, "ctor": view.only_while_building,
                   "graphm": view.graph_collate_method, "graphf": view.graph_collate,
                   "trainsin": view.file_of_trains, "attr-read": view.attribute_read_elsewhere,
-                  "rejects": view.method_rejects}.get(kind)
+                  "rejects": view.method_rejects, "launch": view.documented_on_one_gpu}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

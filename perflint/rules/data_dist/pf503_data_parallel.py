@@ -83,7 +83,13 @@ class DataParallel(Rule):
     `nn.ModuleList` or `nn.ModuleDict` (a container has no `forward`: the wrapper is never
     called, and the modules inside run unwrapped; EDSR-style loss classes), nor for one given a
     single device (`device_ids=[0]`, or a name bound only to a one-element list: DataParallel
-    then calls the module directly, with no replicas).
+    then calls the module directly, with no replicas), nor in a script that every documented
+    run starts on one GPU: the project's README/Markdown command lines and shell scripts that
+    run it all set `CUDA_VISIBLE_DEVICES` to one device (`CUDA_VISIBLE_DEVICES=0 python
+    train.py …`, or an `export` earlier in the script). One run without it, with several
+    devices, or through a multi-process launcher (`torchrun`, `torch.distributed.launch`)
+    keeps the finding, and so does a script no document runs. These files are read again on
+    every run (the cache does not serve the finding without asking).
 
     ## References
     - `torch.nn.DataParallel` documentation
@@ -122,6 +128,8 @@ class DataParallel(Rule):
                 continue  # wrapped to load a DataParallel checkpoint, then `net = net.module`
             if _one_device(facts, call):
                 continue  # `nn.DataParallel(net, device_ids=[0])`: one GPU, nothing replicated
+            if facts.project is not None and facts.project.documented_on_one_gpu():
+                continue  # every documented run: `CUDA_VISIBLE_DEVICES=0 python train.py …`
             if _wraps_a_container(facts, call):
                 continue  # `nn.DataParallel(self.loss_module)` of an `nn.ModuleList`: it has no forward to replicate
             if fn is not None and _handed_only_to_inference(facts, call, fn):

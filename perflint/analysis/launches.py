@@ -1,0 +1,99 @@
+"""How a project's documentation and shell scripts run one of its scripts: the command lines
+in its README/Markdown files and `.sh` scripts that start `python …/<script>.py`, and whether
+each of them makes a single GPU visible (`CUDA_VISIBLE_DEVICES=0 python train.py …`, or an
+`export CUDA_VISIBLE_DEVICES=1` earlier in the same shell script).
+
+    # README.md
+    CUDA_VISIBLE_DEVICES=0 python train.py --dataset sunrgbd --log_dir log_sunrgbd
+
+`gpus_of_runs(root, path)` reads these text files only (no libcst): a rule asks it through
+the project view (`ProjectView.documented_gpus`), which makes it one of the file's recorded
+questions, so the result cache reads the files again before it serves a finding.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+MAX_FILES = 300
+MAX_BYTES = 256 * 1024
+_SKIP_DIRS = {"node_modules", "site-packages", "venv", "build", "dist", "__pycache__"}
+# `python`, `python3`, `python3.8` (after an optional `env …`/`nohup`), its flags, then the
+# script: `python -u tools/train.py`, `python3 ./train.py`.
+_RUN = re.compile(r"(?:^|[\s;&|(`])python(?:\d(?:\.\d+)?)?((?:\s+-[A-Za-z]+)*)\s+([\w./\-]+\.py)\b")
+# `CUDA_VISIBLE_DEVICES=0` (group 1 set: one GPU) or `=0,1` / `=$GPUS` (group 1 None).
+_SETS = re.compile(r"CUDA_VISIBLE_DEVICES\s*=\s*(?:[\"']?(\d+)[\"']?(?=[\s;&|)]|$)|\S*)")
+_LAUNCHER = re.compile(r"(?:torchrun|torch\.distributed\.(?:launch|run)|accelerate\s+launch|deepspeed)\b"
+                       r"[^;&|]*?\s([\w./\-]+\.py)\b")
+
+
+def _texts(root: str) -> list[tuple[str, str]]:
+    """(path, text) of the project's README/Markdown files and shell scripts."""
+    out: list[tuple[str, str]] = []
+    for d, dirs, files in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if x not in _SKIP_DIRS and not x.startswith("."))
+        for name in sorted(files):
+            low = name.lower()
+            if not (low.endswith((".md", ".sh", ".bash", ".rst", ".txt")) and (
+                    low.endswith((".sh", ".bash")) or low.startswith("readme") or low.endswith(".md"))):
+                continue
+            path = os.path.join(d, name)
+            try:
+                if os.path.getsize(path) > MAX_BYTES:
+                    continue
+                with open(path, "rb") as fh:
+                    out.append((path, fh.read().decode("utf-8", "replace")))
+            except OSError:
+                continue
+            if len(out) >= MAX_FILES:
+                return out
+    return out
+
+
+def _lines(text: str) -> list[str]:
+    """Logical command lines: backslash continuations joined."""
+    return re.sub(r"\\\r?\n", " ", text).splitlines()
+
+
+def _names_script(arg: str, rel: str) -> bool:
+    """`arg` (as a command spells the script) ends, component by component, like `rel`."""
+    parts = [p for p in arg.replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return False
+    want = rel.replace(os.sep, "/").split("/")
+    return len(parts) <= len(want) and want[-len(parts):] == parts
+
+
+def _one_gpu(text: str) -> bool | None:
+    """What the last `CUDA_VISIBLE_DEVICES=…` of `text` says: one GPU (True), several or an
+    unknown value (False); None when `text` sets none."""
+    found = list(_SETS.finditer(text))
+    if not found:
+        return None
+    return found[-1].group(1) is not None
+
+
+def gpus_of_runs(root: str, path: str) -> list[int]:
+    """For each documented run of the script at `path` (README/Markdown command lines, shell
+    script lines), 1 when it makes exactly one GPU visible, 0 otherwise (also a run through a
+    multi-process launcher: `torchrun`, `torch.distributed.launch`, `accelerate launch`)."""
+    rel = os.path.relpath(path, root)
+    if rel.startswith(".."):
+        return []
+    out: list[int] = []
+    for doc, text in _texts(root):
+        shell = doc.lower().endswith((".sh", ".bash"))
+        exported: bool | None = None  # a shell script's `export CUDA_VISIBLE_DEVICES=…` in force
+        for line in _lines(text):
+            runs = [m for m in _RUN.finditer(line) if "-m" not in m.group(1).split() and _names_script(m.group(2), rel)]
+            launched = [m for m in _LAUNCHER.finditer(line) if _names_script(m.group(1), rel)]
+            if not runs and not launched:
+                if shell and _one_gpu(line) is not None:
+                    exported = _one_gpu(line)
+                continue
+            out.extend(0 for _ in launched)
+            for m in runs:
+                here = _one_gpu(line[: m.start()])
+                out.append(1 if (here if here is not None else exported) else 0)
+    return out

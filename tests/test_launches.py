@@ -1,0 +1,60 @@
+"""The documented runs of a script (`analysis.launches`): README/Markdown command lines and
+shell-script lines that start it, and whether each makes exactly one GPU visible."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from cli_support import run
+from fixture_support import FIXTURES
+from perflint.analysis.launches import gpus_of_runs
+
+
+def _project(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        p = tmp_path / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return tmp_path
+
+
+def test_each_run_is_counted_with_the_devices_it_makes_visible(tmp_path):
+    root = _project(tmp_path, {
+        "tools/train.py": "",
+        "README.md": ("    CUDA_VISIBLE_DEVICES=0 python tools/train.py --cfg a\n"
+                      "    CUDA_VISIBLE_DEVICES=0,1 python tools/train.py\n"
+                      "    python -m torch.distributed.launch --nproc_per_node=4 tools/train.py\n"
+                      "    python train.py\n"
+                      "    python other.py\n"),
+        "run.sh": ("export CUDA_VISIBLE_DEVICES=3\npython tools/train.py \\\n  --x 1\n"
+                   "CUDA_VISIBLE_DEVICES=$G python ./tools/train.py\n"),
+        "docs/notes.txt": "CUDA_VISIBLE_DEVICES=0,1 python tools/train.py\n",  # not a README: not read
+    })
+    assert gpus_of_runs(str(root), str(root / "tools" / "train.py")) == [1, 0, 0, 0, 1, 0]
+
+
+def test_a_script_no_document_runs_has_no_runs(tmp_path):
+    root = _project(tmp_path, {"train.py": "", "README.md": "Run `python eval.py`.\n"})
+    assert gpus_of_runs(str(root), str(root / "train.py")) == []
+
+
+def test_an_edited_readme_is_read_again_on_a_warm_run(tmp_path, monkeypatch):
+    """p49's `train.py` is silent while every documented run is on one GPU; a README line
+    that runs it on all GPUs makes the next (warm) run report its DataParallel."""
+    proj = tmp_path / "p49"
+    shutil.copytree(FIXTURES / "projects" / "p49_one_gpu_runs", proj)
+    monkeypatch.chdir(proj)
+    env = {"PERFLINT_CACHE_DIR": str(tmp_path / "cache")}
+
+    def pf503_files() -> list[str]:
+        r = run("check", ".", "--output-format", "json", env=env)
+        assert r.exit_code in (0, 1), r.output
+        return sorted(Path(d["filename"]).name for d in json.loads(r.stdout) if d["code"] == "PF503")
+
+    assert pf503_files() == ["refine.py"]
+    assert pf503_files() == ["refine.py"]  # warm
+    readme = proj / "README.md"
+    readme.write_text(readme.read_text() + "\nOn all GPUs: `python train.py --dataset sunrgbd`.\n")
+    assert pf503_files() == ["refine.py", "train.py"]
