@@ -10,6 +10,7 @@ import libcst as cst
 from perflint.edits import add_arg, make_kwarg, parse_expr, parse_stmt, replace_arg_value
 from perflint.analysis import NOT_LITERAL, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.analysis.configfiles import from_config_file
+from perflint.analysis.syntax import comments_in
 from perflint.analysis.kinds import cheap_call
 from perflint.names import dotted
 from perflint.rules.base import FixClass, Rule, Violation
@@ -217,6 +218,16 @@ def _imports_transformers(facts: Facts) -> bool:
 _WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "multiprocessing_context", "worker_init_fn")
 
 
+def _workers_commented(facts: Facts, call: cst.Call) -> bool:
+    """A comment among the loader's arguments, or after its statement, speaks of workers
+    (`num_workers=0)  # workers is set to 0 to avoid multiple instances to be modified at
+    the same time`, `# num_workers=4,`): the literal 0 is a choice the author explains."""
+    stmt = facts.tree.statement_of(call)
+    trailing = stmt.trailing_whitespace.comment if isinstance(stmt, cst.SimpleStatementLine) else None
+    found = list(comments_in(call)) + ([trailing.value] if trailing is not None else [])
+    return any("worker" in c.lower() for c in found)
+
+
 class DataLoaderNoWorkers(Rule):
     """
     ## What it does
@@ -301,7 +312,10 @@ class DataLoaderNoWorkers(Rule):
     FID scripts); `len(loader)` and `loader.__len__()` are not reads, nor are the uses of
     the name after it is bound again (a notebook's `train_loader = from_arrays(...)` after
     the image loader was read once for features) or a function's own local of that name. A loader that is returned, stored or handed to unknown code may feed training and
-    is still reported. A local name bound to 0 is the user's choice and left alone. So are loaders over
+    is still reported. A local name bound to 0 is the user's choice and left alone, and so is a literal 0
+    beside a comment that speaks of workers (`num_workers=0)  # workers is set to 0 to avoid
+    multiple instances to be modified at the same time`, SfmLearner; `# num_workers=4,`).
+    So are loaders over
     a `TensorDataset`: a sample is a tensor index, and workers only add inter-process copies (measured: an epoch of 100,000 × 64 floats at
     batch 512 took 0.47–0.75 s with no workers and 0.66–0.90 s with 2, five alternating
     runs; torch 2.13, 2-core CPU, `python benchmarks/tensor_dataset_workers.py --repeats 5`;
@@ -354,6 +368,8 @@ class DataLoaderNoWorkers(Rule):
                         why = f"`num_workers={dotted(value)}` (default 0)" if dotted(value) else "`num_workers` (default 0)"
                 elif v != 0:
                     continue
+                elif _workers_commented(facts, call):
+                    continue  # `num_workers=0,  # workers set to 0 to avoid …`: the author's reasoned choice
             if collate_origin(facts, call, opts.get("collate_fn")) == "device" \
                     or dataset_origin(facts, opts.get("dataset")) == "device":
                 continue  # samples are put on the GPU while loading: worker processes would fail (CUDA after fork)
