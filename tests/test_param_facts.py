@@ -56,7 +56,8 @@ def check(*targets: str, select: str = "PF105,PF403") -> list[tuple[str, int, st
 
 @pytest.fixture
 def proj(tmp_path, monkeypatch):
-    write(tmp_path, {"pyproject.toml": "[tool.perflint]\ntarget-torch = \"2.4\"\n", "engine.py": ENGINE})
+    write(tmp_path, {"pyproject.toml": "[tool.perflint]\ntarget-torch = \"2.4\"\nextend-select = [\"PF403\"]\n",
+                     "engine.py": ENGINE})
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -23,7 +23,7 @@ def test_metadata():
     expected = {
         # code: (severity, fix class, default, min_torch)
         "PF401": (Severity.WARNING, "unsafe", False, None),
-        "PF403": (Severity.INFO, "unsafe", True, (1, 6)),
+        "PF403": (Severity.INFO, "unsafe", False, (1, 6)),
         "PF404": (Severity.ERROR, "none", True, None),
         "PF405": (Severity.INFO, "unsafe", False, (1, 12)),  # off by default (issue 21 review: 0.60 tuned, 0/5 held out)
         "PF406": (Severity.WARNING, "unsafe", False, None),  # off by default (whole-repository reviews)

@@ -225,7 +225,8 @@ def test_a_loss_layer_another_module_reads_still_blocks_the_autocast_rewrite(tmp
 def test_a_local_loss_layer_another_module_reads_still_blocks_the_autocast_rewrite(tmp_path):
     """The model class is in the training file, which never reads `.bce_loss`; the loss
     module the step calls does (`model.bce_loss(...)`): still no plain rewrite."""
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.4"]\n')
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.4"]\n\n'
+                                             '[tool.perflint]\nextend-select = ["PF403"]\n')
     (tmp_path / "losses.py").write_text("import torch\n\n\ndef objectness(model, p, t):\n"
                                         "    return model.bce_loss(torch.sigmoid(p), t)\n")
     (tmp_path / "train.py").write_text(
