@@ -62,7 +62,9 @@ class LossAccumulatedWithGraph(Rule):
     iteration, holds one step's graph, which the step needs (bound before each optimizer
     step, when the loop is the sub-steps of one update: once-for-all's sub-networks,
     gradient-accumulation chunks; bound before each batch, when the loop inside the loop over
-    a loader steps one head after another: iBOT's linear heads); nor a name bound to its
+    a loader steps one head after another: iBOT's linear heads; also inside a `while` loop
+    that draws the next batch from an iterator each time: AttnGAN's discriminators); nor a
+    name bound to its
     detached copy just before the sum (`loss_batch = loss_batch.detach().cpu()`), nor a name
     taken apart from a loss function's result beside the loss and not named for one (`loss,
     sub_size = output`, then `batch_size += sub_size`: a count), nor a value the function
@@ -262,7 +264,24 @@ def _batch_loop_around(facts: Facts, loop: cst.CSTNode) -> cst.CSTNode | None:
     if not isinstance(loop, cst.For) or facts.loops.iterates_loader(loop):
         return None
     outer = next((a for a in facts.tree.ancestors(loop) if isinstance(a, (cst.For, cst.While, cst.FunctionDef))), None)
-    return outer if isinstance(outer, cst.For) and facts.loops.iterates_loader(outer) else None
+    if isinstance(outer, cst.For) and facts.loops.iterates_loader(outer):
+        return outer
+    if isinstance(outer, (cst.For, cst.While)) and facts.loops.loop_kind(outer) == "train" and _next_batch_each_time(facts, outer):
+        return outer  # `while step < num_batches: data = data_iter.next()`, then a loop over discriminators (AttnGAN)
+    return None
+
+
+def _next_batch_each_time(facts: Facts, loop: cst.CSTNode) -> bool:
+    """The loop's body draws the next batch from an iterator on every iteration (`data =
+    data_iter.next()`, `batch = next(it)`), outside any nested loop or branch."""
+    for call in facts.loops.direct_body_calls(loop):
+        name = call_name(call)
+        builtin = isinstance(call.func, cst.Name) and name == "next" and len(call.args) == 1
+        method = isinstance(call.func, cst.Attribute) and name in ("next", "__next__") and not call.args
+        if (builtin or method) and facts.loops.iteration_context_plain(call, loop) is not False \
+                and not any(isinstance(a, cst.If) for a in facts.tree.ancestors(call) if facts.tree.is_inside(a, loop)):
+            return True
+    return False
 
 
 def _optimizer_step_loop(facts: Facts, loop: cst.CSTNode) -> cst.CSTNode:
