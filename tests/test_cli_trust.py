@@ -209,7 +209,7 @@ def test_install_hints_fit_where_perflint_was_installed_from(tmp_path, monkeypat
 
 def test_add_noqa_suppresses_todays_findings_and_nothing_else(proj):
     write(proj, {"t.py": TRAIN})
-    sel = ("--extend-select", "PF105")  # the copy's finding (off by default) shows the merge into a noqa list
+    sel = ("--extend-select", "PF105,PF403")  # the copy's finding (off by default) shows the merge into a noqa list
     before = run("check", *sel, "--no-cache", "--output-format", "json")
     rows = {(d["location"]["row"], d["code"]) for d in json.loads(before.stdout)}
     assert len(rows) >= 3

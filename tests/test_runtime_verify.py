@@ -64,9 +64,9 @@ def fake_runner(monkeypatch, by_script):
 def project(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(NEEDS_A_FIX)
-    # PF105 (the copy's `non_blocking=True`) and PF102 (`pin_memory`) are off by default: this
-    # project opts in.
-    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF105", "PF102"]\n')
+    # PF105 (the copy's `non_blocking=True`), PF102 (`pin_memory`) and PF403 (autocast) are off
+    # by default: this project opts in.
+    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF105", "PF102", "PF403"]\n')
     return script
 
 
@@ -151,6 +151,7 @@ for step in range(10):
 def test_only_unsafe_fixes_says_how_to_include_them(monkeypatch, tmp_path):
     calls = fake_runner(monkeypatch, lambda p: pytest.fail("nothing should run"))
     script = tmp_path / "train.py"
+    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF403"]\n')  # off by default
     script.write_text(ONLY_UNSAFE_FIXES)
     out = tmp_path / "r.json"
     result = invoke(script, "--json", out)
@@ -165,6 +166,7 @@ def test_only_unsafe_fixes_says_how_to_include_them(monkeypatch, tmp_path):
 def test_only_unsafe_fixes_are_measured_with_unsafe_fixes(monkeypatch, tmp_path):
     calls = fake_runner(monkeypatch, lambda p: run([0.1] * 5, [1.0]))
     script = tmp_path / "train.py"
+    (tmp_path / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF403"]\n')  # off by default
     script.write_text(ONLY_UNSAFE_FIXES)
     result = invoke_unsafe(script, "--repeats", "1", "--max-time", "0")
     assert result.exit_code == 0, result.output
@@ -323,8 +325,10 @@ def test_split_is_printed_side_by_side_with_the_rules_for_the_largest_share(monk
     assert "GPU wait at step end" not in rows and "host syncs per step" not in rows  # a CPU run
     text = " ".join(result.output.split())
     # PF101 is reported on the original (no fix); on the CPU the CUDA-only rules are not named
+    # PF103 is off by default: its silence says nothing, and the line says how to run it
     assert ("original: 86% of the step waits for data: PF101 num_workers (reported here: unsafe fix); also "
-            "PF103 persistent_workers, PF106 worker start method, PF501 FFT convolution") in text
+            "PF103 persistent_workers (not selected: `--extend-select PF103`), PF106 worker start method, "
+            "PF501 FFT convolution") in text
     assert "fixed: 70% of the step waits for data; perflint reports none of its rules here (PF101 num_workers" in text
     summary = json.loads(out.read_text())["summary"]
     assert summary["original"]["phases_s"]["data"] == pytest.approx(0.086)
@@ -351,6 +355,25 @@ def test_cuda_runs_show_the_gpu_wait_and_host_syncs(monkeypatch, project):
     assert "PF405 TF32" in text and "PF302 fused optimizer" in text
     assert "3.0 host syncs per step; perflint reports none of its rules here (PF201 .item() every step" in text
     assert "1.0 host syncs per step;" in text
+
+
+def test_a_rule_the_configuration_does_not_run_is_named_as_such(monkeypatch, project):
+    """PF403 is off by default: on a step that waits for the GPU, its silence is not a verdict
+    on the script, and the line says how to turn it on."""
+    (project.parent / "pyproject.toml").write_text('[tool.perflint]\nextend-select = ["PF105", "PF102"]\n')
+
+    def cuda_run(path):
+        fast = Path(path) != project
+        return run([0.05 if fast else 0.1] * 5, [1.0], device="cuda", device_name="NVIDIA H100",
+                   phases={"device": 0.2 if fast else 0.7, "h2d": 0.1}, syncs=0)
+
+    fake_runner(monkeypatch, cuda_run)
+    result = invoke_unsafe(project, "--repeats", "1")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert ("original: 70% of the step waits for the GPU at the step's end; perflint reports none of its rules "
+            "here (PF403 bf16 autocast (not selected: `--extend-select PF403`), PF405 TF32 (not selected: "
+            "`--extend-select PF405`)") in text
 
 
 def test_runs_without_a_split_print_no_split(monkeypatch, project):

@@ -387,6 +387,7 @@ class Findings:
     unsafe_fixes: int = 0  # findings whose fix is unsafe (and fixable by the configuration)
     unsafe_codes: list[str] = field(default_factory=list)
     reported: list[tuple[str, str]] = field(default_factory=list)  # (code, message) of every finding
+    selected: frozenset[str] | None = None  # the rules the configuration runs (None: unknown)
 
 
 def lint_findings(path: Path, target_torch: tuple[int, int] | None, config_for: Path | None = None) -> Findings:
@@ -396,12 +397,12 @@ def lint_findings(path: Path, target_torch: tuple[int, int] | None, config_for: 
     from perflint.selection import fixable_codes
 
     try:
-        _, settings = lint_options(str(config_for or path))
+        options, settings = lint_options(str(config_for or path))
         diagnostics = check_source(Path(path).read_bytes(), path=str(config_for or path), target_torch=target_torch)
     except (PerflintError, OSError):
         return Findings()
     fixable = fixable_codes(settings)
-    out = Findings()
+    out = Findings(selected=frozenset(options.codes))
     for d in diagnostics:
         kind = "none" if d.fix is None else d.fix.applicability.value
         if kind != "none" and fixable is not None and d.code not in fixable:
@@ -445,12 +446,20 @@ def syncs_line(summary: Summary, findings: Findings) -> str | None:
     return _name_rules(f"{summary.host_syncs_per_step:,.1f} host syncs per step", SYNC_RULES, findings, True)
 
 
+def _unselected(code: str, findings: Findings) -> str:
+    """" (not selected: `--extend-select PF403`)" for a rule the configuration does not run
+    (off by default, or ignored): its silence says nothing about the script."""
+    if findings.selected is None or code in findings.selected:
+        return ""
+    return f" (not selected: `--extend-select {code}`)"
+
+
 def _name_rules(head: str, candidates, findings: Findings, cuda: bool) -> str:
     rules = [(code, what) for code, what, cuda_only in candidates if cuda or not cuda_only]
     if not rules:
         return f"{head}: perflint has no rule for it on this device"
     reported = [(c, w) for c, w in rules if c in findings.fixes]
-    others = ", ".join(f"{c} {w}" for c, w in rules if c not in findings.fixes)
+    others = ", ".join(f"{c} {w}{_unselected(c, findings)}" for c, w in rules if c not in findings.fixes)
     if not reported:
         return f"{head}; perflint reports none of its rules here ({others})"
     parts = [f"{c} {w} (reported here: {', '.join(FIX_WORDS[k] for k in sorted(findings.fixes[c]))})"
