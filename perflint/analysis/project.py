@@ -316,14 +316,17 @@ class ProjectIndex:
                                   for cls in (summary.get("classes") or {}).values())
         return self._memo[key]
 
-    def method_rejects(self, name: str, keyword: str) -> bool:
-        """Whether some project class defines a method `name` that takes no argument
-        `keyword` (nor `**kwargs`): fastai's `OptimWrapper.zero_grad(self)`."""
-        key = ("rejects", name, keyword)
+    def method_rejects(self, path: str, name: str, keyword: str, also: str) -> bool:
+        """Whether a class of `path` or of a project module it imports defines a method `name`
+        that takes no argument `keyword` (nor `**kwargs`), and a method `also`: fastai's
+        `OptimWrapper` (`zero_grad(self)` beside `step`), star-imported by `basic_train.py`."""
+        key = ("rejects", path, name, keyword, also)
         if key not in self._memo:
-            self._memo[key] = any(_rejects_keyword((cls.get("methods") or {}).get(name), keyword)
-                                  for summary in self.summaries.values()
-                                  for cls in (summary.get("classes") or {}).values())
+            files = {path} | self.modules.imports_of(path)
+            self._memo[key] = any(also in (cls.get("methods") or {})
+                                  and _rejects_keyword((cls.get("methods") or {}).get(name), keyword)
+                                  for f in sorted(files)
+                                  for cls in ((self.summaries.get(f) or {}).get("classes") or {}).values())
         return self._memo[key]
 
     def builds_unpinnable(self, where: tuple[str, str], depth: int = 0) -> bool:
@@ -674,10 +677,10 @@ class ProjectView:
         """See `ProjectIndex.narrow_copy_method`."""
         return bool(self._ask(("narrow", name), lambda: self.index.narrow_copy_method(name)))  # type: ignore[union-attr]
 
-    def method_rejects(self, name: str, keyword: str) -> bool:
+    def method_rejects(self, name: str, keyword: str, also: str) -> bool:
         """See `ProjectIndex.method_rejects` (True or None: a class that accepts it says nothing)."""
-        return bool(self._ask(("rejects", name, keyword),
-                              lambda: self.index.method_rejects(name, keyword) or None))  # type: ignore[union-attr]
+        return bool(self._ask(("rejects", name, keyword, also),
+                              lambda: self.index.method_rejects(self.path, name, keyword, also) or None))  # type: ignore[union-attr]
 
     def graph_collate_method(self, name: str) -> bool:
         """See `ProjectIndex.graph_collate_method`."""

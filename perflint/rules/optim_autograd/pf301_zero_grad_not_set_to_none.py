@@ -51,8 +51,9 @@ class ZeroGradNotSetToNone(Rule):
     (before 1.7 there is no `set_to_none` to pass; from 2.0 it is the default), and not on
     an instance of a wrapper class of the project (a learning-rate scheduler around the
     optimizer, such as `ScheduledOptim`) whose own `zero_grad` takes no `set_to_none`, nor
-    on a parameter of the function (whatever the callers pass) in a project that defines
-    such a class (fastai's `OptimWrapper`, handed to `loss_batch(..., opt)` in DeOldify), nor
+    on a parameter of the function (whatever the callers pass) in a file that defines or
+    imports such an optimizer wrapper, one with a `step` (fastai's `OptimWrapper`, handed to
+    `loss_batch(..., opt)` in DeOldify; a model container's `zero_grad(self)` does not count), nor
     for `super().zero_grad()` in a class none of whose bases is a torch optimizer or module
     (nanotron's optimizer wrappers calling their base wrapper's). Not in a function named
     for evaluation or inspection (`val`, `evaluate`, `gradcam` …) that steps no optimizer:
@@ -163,14 +164,18 @@ def _parameter(facts: Facts, recv: cst.BaseExpression) -> bool:
 
 
 def _a_class_rejects_set_to_none(facts: Facts) -> bool:
-    """A class of this file or the project defines a `zero_grad` that takes no `set_to_none`
-    (nor `**kwargs`): an optimizer wrapper (fastai's `OptimWrapper.zero_grad(self)`) that a
-    parameter may hold, on which the fix would raise a TypeError."""
+    """A class of this file, or of a project module it imports, is an optimizer wrapper (it
+    has a `step`) whose `zero_grad` takes no `set_to_none` (nor `**kwargs`): fastai's
+    `OptimWrapper.zero_grad(self)`, which a parameter may hold and on which the fix would
+    raise a TypeError.  (A model container's own `zero_grad(self)`, GrowNet's `DynamicNet`,
+    has no `step`: an `optimizer` parameter does not hold one.)"""
     for fn in facts.tree.functions_by_name.get("zero_grad", []):
-        if facts.tree.enclosing_class(fn) is None:
+        cls = facts.tree.enclosing_class(fn)
+        if cls is None or not any(f.name.value == "step" and facts.tree.enclosing_class(f) is cls
+                                  for f in facts.tree.functions_by_name.get("step", [])):
             continue
         params = fn.params
         names = {p.name.value for p in (*params.params, *params.kwonly_params, *params.posonly_params)}
         if "set_to_none" not in names and not isinstance(params.star_kwarg, cst.Param):
             return True
-    return facts.project is not None and facts.project.method_rejects("zero_grad", "set_to_none")
+    return facts.project is not None and facts.project.method_rejects("zero_grad", "set_to_none", "step")
