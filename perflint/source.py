@@ -94,6 +94,34 @@ def _restore_newlines(before: str, after: str) -> str:
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 
 
+# Codecs that packages register to backport syntax (future-fstrings, future-annotations):
+# on the Pythons that have that syntax they decode plain UTF-8 and change nothing, and the
+# interpreter reads the file only once the package is installed.  Read as UTF-8, the cookie
+# kept as it is.
+_UTF8_SOURCE_CODECS = frozenset({"future_fstrings", "future-fstrings", "future_annotations", "future-annotations"})
+
+
+def _utf8_codec_cookie(raw: bytes) -> bool:
+    for line in raw.splitlines()[:2]:
+        m = _COOKIE.match(line)
+        if m is not None:
+            return m.group(1).decode("ascii", "replace").lower() in _UTF8_SOURCE_CODECS
+    return False
+
+
+def _declaration_error(raw: bytes, msg: str) -> None:
+    if "invalid or missing encoding declaration" in msg:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as uexc:
+            raise SourceError(
+                "decode-error",
+                f"not valid UTF-8 (byte 0x{raw[uexc.start]:02x} at offset {uexc.start}) and no "
+                "PEP 263 coding declaration",
+            ) from None
+    raise SourceError("decode-error", f"bad encoding declaration: {msg}") from None
+
+
 def decode_python(raw: bytes) -> tuple[str, str]:
     """Decode like the interpreter: BOM and coding cookie; returns (text, codec)."""
     if b"\x00" in raw[:8192]:
@@ -102,16 +130,10 @@ def decode_python(raw: bytes) -> tuple[str, str]:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as exc:
         msg = str(exc.msg if hasattr(exc, "msg") else exc)
-        if "invalid or missing encoding declaration" in msg:
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError as uexc:
-                raise SourceError(
-                    "decode-error",
-                    f"not valid UTF-8 (byte 0x{raw[uexc.start]:02x} at offset {uexc.start}) and no "
-                    "PEP 263 coding declaration",
-                ) from None
-        raise SourceError("decode-error", f"bad encoding declaration: {msg}") from None
+        if _utf8_codec_cookie(raw):
+            encoding = "utf-8"  # `# -*- coding: future_fstrings -*-`: UTF-8 on any Python with f-strings
+        else:
+            _declaration_error(raw, msg)
     try:
         text = raw.decode(encoding)
     except UnicodeDecodeError as exc:

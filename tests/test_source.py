@@ -22,6 +22,16 @@ def test_pep263_cookie_on_first_or_second_line():
     assert decode_python(b"#!/usr/bin/env python\n# coding=cp1252\nx = '\x80'\n")[0].endswith("x = '€'\n")
 
 
+def test_a_syntax_backport_codec_reads_as_utf8_and_keeps_its_cookie():
+    """`# -*- coding: future_fstrings -*-` (FCGF's scripts): the future-fstrings package's codec
+    decodes UTF-8 unchanged on every Python with f-strings; the file is read, not refused."""
+    raw = "# -*- coding: future_fstrings -*-\nname = 'é'\nprint(f'{name}')\n".encode()
+    src = read_source("train.py", raw)
+    assert src.text == raw.decode() and src.encoding == "utf-8"
+    assert src.encode(src.text.replace("name", "who")) == raw.replace(b"name", b"who")
+    assert decode_python(b"# coding: future-annotations\nx: int = 1\n")[1] == "utf-8"
+
+
 @pytest.mark.parametrize(
     "raw, words",
     [
