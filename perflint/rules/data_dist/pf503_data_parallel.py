@@ -81,7 +81,10 @@ class DataParallel(Rule):
     to functions of the file that train nothing and call it only under `torch.no_grad()`
     (a feature extractor run before the function trains another model), nor for a wrapped
     `nn.ModuleList` or `nn.ModuleDict` (a container has no `forward`: the wrapper is never
-    called, and the modules inside run unwrapped; EDSR-style loss classes), nor for one given a
+    called, and the modules inside run unwrapped; EDSR-style loss classes), nor for a wrapped
+    torch loss (`nn.DataParallel(self.criterion)` of an `nn.NLLLoss`: it has no parameters, so
+    DDP would refuse it, and moving the model to DDP, its own finding, ends the split;
+    lidar-bonnetal), nor for one given a
     single device (`device_ids=[0]`, or a name bound only to a one-element list: DataParallel
     then calls the module directly, with no replicas), nor in a script that every documented
     run starts on one GPU: the project's README/Markdown command lines and shell scripts that
@@ -132,6 +135,8 @@ class DataParallel(Rule):
                 continue  # every documented run: `CUDA_VISIBLE_DEVICES=0 python train.py …`
             if _wraps_a_container(facts, call):
                 continue  # `nn.DataParallel(self.loss_module)` of an `nn.ModuleList`: it has no forward to replicate
+            if _wraps_a_loss(facts, call):
+                continue  # `nn.DataParallel(self.criterion)` of an `nn.NLLLoss`: no parameters, DDP would refuse it
             if fn is not None and _handed_only_to_inference(facts, call, fn):
                 continue  # `net = nn.DataParallel(net)` handed only to a helper that runs it under `no_grad`
             if trains and facts.hotpath.runs_instead_of_training(call):
@@ -277,21 +282,41 @@ def _wraps_a_container(facts: Facts, call: cst.Call) -> bool:
     """`self.loss_module = nn.ModuleList()` … `nn.DataParallel(self.loss_module, ...)`: a
     container has no `forward`, so the wrapper can never be called and replicates nothing
     (EDSR-style loss classes, RCAN); the losses inside run unwrapped."""
+    values = _wrapped_values(facts, call)
+    return bool(values) and all(isinstance(v, cst.Call) and facts.tree.qualname(v.func) in _CONTAINERS for v in values)
+
+
+def _wraps_a_loss(facts: Facts, call: cst.Call) -> bool:
+    """`self.criterion = nn.NLLLoss(weight=w).to(device)` … `nn.DataParallel(self.criterion)`:
+    a torch loss has no parameters, so `DistributedDataParallel` would refuse it; the wrapper
+    only splits the model's outputs, and moving the model to DDP (its own finding) ends that
+    too (lidar-bonnetal)."""
+    values = _wrapped_values(facts, call)
+    for v in values:
+        while isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute) and v.func.attr.value in ("to", "cuda"):
+            v = v.func.value  # `nn.NLLLoss(...).to(device)`
+        q = facts.tree.qualname(v.func) if isinstance(v, cst.Call) else None
+        if not (q and q.startswith("torch.nn.") and q.endswith("Loss")):
+            return False
+    return bool(values)
+
+
+def _wrapped_values(facts: Facts, call: cst.Call) -> list[cst.BaseExpression]:
+    """What the module `call` wraps is bound to: the name's assignments, or a `self.` attribute's
+    assignments in the class (the wrapping assignment itself left out)."""
     if not call.args:
-        return False
+        return []
     arg = call.args[0].value
     if isinstance(arg, cst.Name):
-        values = [b.node for b in facts.bindings.lookup(arg.value, arg) if b.how == "expr"]
-    elif isinstance(arg, cst.Attribute) and isinstance(arg.value, cst.Name) and arg.value.value == "self":
+        return [b.node for b in facts.bindings.lookup(arg.value, arg) if b.how == "expr"]
+    if isinstance(arg, cst.Attribute) and isinstance(arg.value, cst.Name) and arg.value.value == "self":
         cls = facts.tree.enclosing_class(call)
-        values = [] if cls is None else [
+        return [] if cls is None else [
             a.value for a in facts.tree.nodes_within(cls, cst.Assign)
             if any(isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
                    and t.target.value.value == "self" and t.target.attr.value == arg.attr.value for t in a.targets)
-            and a.value is not call]
-    else:
-        return False
-    return bool(values) and all(isinstance(v, cst.Call) and facts.tree.qualname(v.func) in _CONTAINERS for v in values)
+            and not facts.tree.is_inside(call, a.value)]
+    return []
 
 
 def _handed_only_to_inference(facts: Facts, call: cst.Call, fn: cst.FunctionDef) -> bool:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
 
 from perflint.diagnostics import Severity
-from perflint.analysis import NOT_LITERAL, Facts, get_arg, has_splat, literal_value
+from perflint.analysis import NOT_LITERAL, Facts, call_name, get_arg, has_splat, literal_value
+from perflint.names import dotted
 from perflint.rules.base import Rule, Violation
 from perflint.rules.common import words
 from perflint.rules.precision.helpers import grad_scaler_name, settings_near, uses_training_framework
@@ -100,7 +102,10 @@ class Fp16WithoutGradScaler(Rule):
     All torch versions with autocast; CUDA and CPU. Silent when the file mentions any scaler
     (`GradScaler`, `ShardedGradScaler`, timm's `NativeScaler`, a `loss_scaler` …) or uses
     Accelerate, Lightning, DeepSpeed, apex's amp or the transformers Trainer, which scale losses
-    themselves; silent when the dtype cannot be resolved.
+    themselves; silent when the dtype cannot be resolved. Silent too when the function that
+    enters autocast backpropagates through an optimizer wrapper's own `backward`
+    (`self.optim.backward(loss)`, `optimizer.backward(loss)`): OpenNMT-py's `Optimizer` and
+    fairseq's `AMPOptimizer` own the GradScaler and scale the loss there.
 
     ## References
     - PyTorch AMP documentation, "Gradient Scaling"
@@ -125,6 +130,8 @@ class Fp16WithoutGradScaler(Rule):
                 continue
             if autocast_dtype(facts, call) != "fp16":
                 continue
+            if _wrapper_backward(facts, call):
+                continue  # `self.optim.backward(loss)`: the optimizer wrapper scales the loss (OpenNMT, fairseq)
             yield Violation(
                 call,
                 "float16 autocast in a training step with no GradScaler: small gradients underflow "
@@ -139,3 +146,23 @@ class Fp16WithoutGradScaler(Rule):
         if not isinstance(stmt, cst.With):
             return False
         return any(facts.tree.is_inside(loop, stmt.body) for loop in facts.loops.training_loops())
+
+
+_WRAPPER = re.compile(r"optim|scaler|engine|amp", re.I)
+
+
+def _wrapper_backward(facts: Facts, call: cst.Call) -> bool:
+    """The function around `call` passes the loss to a wrapper's `backward`: a call
+    `<name>.backward(loss)` with one positional argument whose receiver is named for an
+    optimizer, scaler or engine (`self.optim`, `optimizer`, `model_engine`), not a tensor."""
+    fn = facts.tree.enclosing_function(call)
+    scope = fn if fn is not None else facts.module
+    for c in facts.tree.calls_within(scope):
+        if call_name(c) != "backward" or not isinstance(c.func, cst.Attribute) or len(c.args) != 1:
+            continue
+        if c.args[0].keyword is not None or c.args[0].star:
+            continue
+        name = (dotted(c.func.value) or "").rsplit(".", 1)[-1]
+        if name and _WRAPPER.search(name):
+            return True
+    return False
