@@ -414,7 +414,8 @@ class ProjectPhase:
         questions read a config file (YAML/JSON) or the project's documented command lines
         (README, shell scripts), which no stamp covers: its cached findings
         are served only once the answers are asked again and hash the same.  A file that asked
-        whether a function is code nothing runs (`never_used`) also reads the notebooks and
+        whether a function is code nothing runs (`never_used`), or whether any module builds a
+        GradScaler (`sets_up_anywhere`), also reads the notebooks and
         the scripts with no summary: their sizes and times join its stamp."""
         if any(q.startswith(('["cfgfile"', '["launch"')) for q in questions):
             return None
@@ -430,7 +431,7 @@ class ProjectPhase:
             parts = [root, "\0".join(sorted(index.all_files)),
                      "\0".join(f"{p}:{shas.get(p, '?')}" for p in sorted(index.summaries))]
             got = self._stamps[root] = digest("\1".join(parts).encode())[:20]
-        if any(q.startswith('["unused"') for q in questions):
+        if any(q.startswith(('["unused"', '["anyset"')) for q in questions):
             other = self._stamps.get("\0unsummarised:" + root)
             if other is None:
                 from perflint.cache import digest

@@ -265,3 +265,26 @@ def test_a_warm_run_sees_the_optimizer_wrapper_take_set_to_none(tmp_path, monkey
     src = (proj / "callback.py").read_text()
     (proj / "callback.py").write_text(src.replace("def zero_grad(self):", "def zero_grad(self, set_to_none=False):"))
     assert pf301_rows() == [16, 34]
+
+
+def test_a_warm_run_sees_the_project_lose_its_grad_scaler(tmp_path, monkeypatch):
+    """p50's float16 step hands its loss to the optimizer wrapper's `backward`, silent while a
+    module of the project builds a GradScaler; once none does, the cached silence is not
+    served and the step is reported."""
+    proj = tmp_path / "p50"
+    shutil.copytree(PROJECTS_DIR / "p50_scaler_in_optimizer_factory", proj)
+    monkeypatch.chdir(proj)
+    env = {"PERFLINT_CACHE_DIR": str(tmp_path / "cache")}
+
+    def pf404_rows() -> list[int]:
+        r = run("check", ".", "--output-format", "json", env=env)
+        assert r.exit_code in (0, 1), r.output
+        return sorted(d["location"]["row"] for d in json.loads(r.stdout) if d["code"] == "PF404")
+
+    assert pf404_rows() == [23]
+    assert pf404_rows() == [23]  # warm
+    opt = proj / "nmt" / "optimizers.py"
+    opt.write_text(opt.read_text().replace("from torch.cuda.amp import GradScaler\n\n", "")
+                   .replace("optimizer._scaler = GradScaler()", "optimizer._scaler = object()"))
+    assert pf404_rows() == [15, 23]
+

@@ -33,6 +33,7 @@ from pathlib import Path
 from perflint.analysis.callers import CallerFacts, only_while_building, reached
 from perflint.analysis.modules import MAX_DEPTH, ModuleResolver
 from perflint.analysis.vocab import Kind
+from perflint.analysis.summary_types import SCALER_WORDS, rejects_keyword, rejects_non_blocking, unpinnable
 
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _SKIP_DIRS = {
@@ -311,9 +312,21 @@ class ProjectIndex:
         `non_blocking` argument (nor `**kwargs`): a batch of that class rejects it."""
         key = ("narrow", name)
         if key not in self._memo:
-            self._memo[key] = any(_rejects_non_blocking((cls.get("methods") or {}).get(name))
+            self._memo[key] = any(rejects_non_blocking((cls.get("methods") or {}).get(name))
                                   for summary in self.summaries.values()
                                   for cls in (summary.get("classes") or {}).values())
+        return self._memo[key]
+
+    def sets_up_anywhere(self, what: str) -> bool:
+        """Whether some file of the project sets up `what` (a summary's "settings" or
+        "main_settings": "scaler" for a GradScaler built anywhere, even inside a function)."""
+        key = ("anyset", what)
+        if key not in self._memo:
+            found = any(what in (s.get("settings") or ()) or what in (s.get("main_settings") or ())
+                        for s in self.summaries.values())
+            if not found and what == "scaler":
+                found = _mentioned(self.unsummarised_texts() or (), SCALER_WORDS)  # a run on one file summarises only its neighbours
+            self._memo[key] = found
         return self._memo[key]
 
     def method_rejects(self, path: str, name: str, keyword: str, also: str) -> bool:
@@ -324,7 +337,7 @@ class ProjectIndex:
         if key not in self._memo:
             files = {path} | self.modules.imports_of(path)
             self._memo[key] = any(also in (cls.get("methods") or {})
-                                  and _rejects_keyword((cls.get("methods") or {}).get(name), keyword)
+                                  and rejects_keyword((cls.get("methods") or {}).get(name), keyword)
                                   for f in sorted(files)
                                   for cls in ((self.summaries.get(f) or {}).get("classes") or {}).values())
         return self._memo[key]
@@ -677,6 +690,10 @@ class ProjectView:
         """See `ProjectIndex.narrow_copy_method`."""
         return bool(self._ask(("narrow", name), lambda: self.index.narrow_copy_method(name)))  # type: ignore[union-attr]
 
+    def sets_up_anywhere(self, what: str) -> bool:
+        """See `ProjectIndex.sets_up_anywhere` (True or None)."""
+        return bool(self._ask(("anyset", what), lambda: self.index.sets_up_anywhere(what) or None))  # type: ignore[union-attr]
+
     def method_rejects(self, name: str, keyword: str, also: str) -> bool:
         """See `ProjectIndex.method_rejects` (True or None: a class that accepts it says nothing)."""
         return bool(self._ask(("rejects", name, keyword, also),
@@ -723,21 +740,19 @@ class ProjectView:
         return any(v not in (None, [], [False, None]) for v in self.asked.values())
 
 
-def _rejects_non_blocking(method: dict | None) -> bool:
-    return _rejects_keyword(method, "non_blocking")
-
-
-def _rejects_keyword(method: dict | None, keyword: str) -> bool:
-    if not method:
-        return False
-    sig = method.get("sig") or {}
-    return keyword not in (sig.get("pos") or []) + (sig.get("kwonly") or []) and not sig.get("varkw")
-
-
-def unpinnable(methods: dict) -> bool:
-    """A class's methods (summary form) copy it to a device (`to`/`cuda`) but cannot pin it
-    (no `pin_memory`): the DataLoader's pinning leaves it pageable."""
-    return "pin_memory" not in methods and ("to" in methods or "cuda" in methods)
+def _mentioned(files, rx: re.Pattern) -> bool:
+    """Whether one of the Python `files` (those of a project with no summary) matches `rx`."""
+    for f in files:
+        if not f.endswith(".py"):
+            continue
+        try:
+            with open(f, "rb") as fh:
+                text = fh.read(2_000_000).decode("utf-8", "replace")
+        except OSError:
+            continue
+        if rx.search(text):
+            return True
+    return False
 
 
 def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], view: ProjectView | None = None) -> str:
@@ -760,7 +775,8 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "unused": view.never_used, "ctor": view.only_while_building,
                   "graphm": view.graph_collate_method, "graphf": view.graph_collate,
                   "trainsin": view.file_of_trains, "attr-read": view.attribute_read_elsewhere,
-                  "rejects": view.method_rejects, "launch": view.documented_on_one_gpu}.get(kind)
+                  "rejects": view.method_rejects, "launch": view.documented_on_one_gpu,
+                  "anyset": view.sets_up_anywhere}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

@@ -6,6 +6,7 @@ that can only come from a star import.
 """
 
 
+import re
 from typing import Dict, List, TypedDict, Union
 
 from typing import NotRequired
@@ -88,3 +89,25 @@ class ModuleSummary(TypedDict):
     main_settings: NotRequired[List[str]]  # the same, under `if __name__ == "__main__":`
     all: NotRequired[List[str]]  # `__all__`
     refs: NotRequired[List[str]]  # project functions named other than by a call
+
+
+# -- reading summaries -------------------------------------------------------------------
+# What the summary's "scaler" setting is made of (`summary._settings`), for files with no summary.
+SCALER_WORDS = re.compile(r"GradScaler|grad_scaler|loss_scaler", re.I)
+
+
+def rejects_non_blocking(method: dict | None) -> bool:
+    return rejects_keyword(method, "non_blocking")
+
+
+def rejects_keyword(method: dict | None, keyword: str) -> bool:
+    if not method:
+        return False
+    sig = method.get("sig") or {}
+    return keyword not in (sig.get("pos") or []) + (sig.get("kwonly") or []) and not sig.get("varkw")
+
+
+def unpinnable(methods: dict) -> bool:
+    """A class's methods (summary form) copy it to a device (`to`/`cuda`) but cannot pin it
+    (no `pin_memory`): the DataLoader's pinning leaves it pageable."""
+    return "pin_memory" not in methods and ("to" in methods or "cuda" in methods)

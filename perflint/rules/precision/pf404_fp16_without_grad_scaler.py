@@ -104,8 +104,11 @@ class Fp16WithoutGradScaler(Rule):
     Accelerate, Lightning, DeepSpeed, apex's amp or the transformers Trainer, which scale losses
     themselves; silent when the dtype cannot be resolved. Silent too when the function that
     enters autocast backpropagates through an optimizer wrapper's own `backward`
-    (`self.optim.backward(loss)`, `optimizer.backward(loss)`): OpenNMT-py's `Optimizer` and
-    fairseq's `AMPOptimizer` own the GradScaler and scale the loss there.
+    (`self.optim.backward(loss)`, `optimizer.backward(loss)`) and some module of the project
+    builds a GradScaler: OpenNMT-py's `Optimizer` and fairseq's `AMPOptimizer` own it and scale
+    the loss there (OpenNMT-py builds it inside a function of a module its trainer reaches only
+    through `import onmt.utils`). A wrapper's `backward` with no scaler anywhere in the project
+    is still reported.
 
     ## References
     - PyTorch AMP documentation, "Gradient Scaling"
@@ -130,8 +133,8 @@ class Fp16WithoutGradScaler(Rule):
                 continue
             if autocast_dtype(facts, call) != "fp16":
                 continue
-            if _wrapper_backward(facts, call):
-                continue  # `self.optim.backward(loss)`: the optimizer wrapper scales the loss (OpenNMT, fairseq)
+            if _wrapper_backward(facts, call) and facts.project is not None and facts.project.sets_up_anywhere("scaler"):
+                continue  # `self.optim.backward(loss)`, and a GradScaler in the project: the wrapper scales (OpenNMT, fairseq)
             yield Violation(
                 call,
                 "float16 autocast in a training step with no GradScaler: small gradients underflow "
