@@ -161,6 +161,14 @@ def test_a_run_on_one_file_gives_that_files_findings_of_the_folder_run(project: 
 
 
 
+def _rows(env: dict, keep) -> list[int]:
+    """The rows of `perflint check .`'s findings that `keep(diagnostic)` selects (a run that
+    uses the cache folder in `env`)."""
+    r = run("check", ".", "--output-format", "json", env=env)
+    assert r.exit_code in (0, 1), r.output
+    return sorted(d["location"]["row"] for d in json.loads(r.stdout) if keep(d))
+
+
 def test_a_warm_run_sees_a_notebook_start_calling_a_function_nothing_ran(tmp_path, monkeypatch):
     """p37's `layers/utils.train` is code nothing runs until a notebook calls it: the entries
     that asked this question are stamped with the notebooks' sizes and times, so an edited
@@ -173,9 +181,7 @@ def test_a_warm_run_sees_a_notebook_start_calling_a_function_nothing_ran(tmp_pat
     env = {"PERFLINT_CACHE_DIR": str(tmp_path / "cache")}
 
     def rows_in_utils() -> list[int]:
-        r = run("check", ".", "--output-format", "json", env=env)
-        assert r.exit_code in (0, 1), r.output
-        return sorted(d["location"]["row"] for d in json.loads(r.stdout) if d["filename"].endswith("utils.py"))
+        return _rows(env, lambda d: d["filename"].endswith("utils.py"))
 
     assert rows_in_utils() == [36]
     assert rows_in_utils() == [36]  # a warm run, the same answer
@@ -255,10 +261,7 @@ def test_a_warm_run_sees_the_optimizer_wrapper_take_set_to_none(tmp_path, monkey
     env = {"PERFLINT_CACHE_DIR": str(tmp_path / "cache")}
 
     def pf301_rows() -> list[int]:
-        r = run("check", ".", "--output-format", "json", env=env)
-        assert r.exit_code in (0, 1), r.output
-        return sorted(d["location"]["row"] for d in json.loads(r.stdout)
-                      if d["code"] == "PF301" and Path(d["filename"]).name == "basic_train.py")
+        return _rows(env, lambda d: d["code"] == "PF301" and Path(d["filename"]).name == "basic_train.py")
 
     assert pf301_rows() == [34]
     assert pf301_rows() == [34]  # warm
@@ -277,9 +280,7 @@ def test_a_warm_run_sees_the_project_lose_its_grad_scaler(tmp_path, monkeypatch)
     env = {"PERFLINT_CACHE_DIR": str(tmp_path / "cache")}
 
     def pf404_rows() -> list[int]:
-        r = run("check", ".", "--output-format", "json", env=env)
-        assert r.exit_code in (0, 1), r.output
-        return sorted(d["location"]["row"] for d in json.loads(r.stdout) if d["code"] == "PF404")
+        return _rows(env, lambda d: d["code"] == "PF404")
 
     assert pf404_rows() == [23]
     assert pf404_rows() == [23]  # warm
