@@ -289,3 +289,14 @@ def test_a_warm_run_sees_the_project_lose_its_grad_scaler(tmp_path, monkeypatch)
                    .replace("optimizer._scaler = GradScaler()", "optimizer._scaler = object()"))
     assert pf404_rows() == [15, 23]
 
+
+
+def test_only_a_wrapper_named_for_scaling_takes_the_loss(tmp_path, monkeypatch):
+    """`self.sampler.backward(loss)` is no optimizer wrapper (`amp` inside `sampler` is not the
+    word): p50's float16 step is reported then, GradScaler in the project or not."""
+    proj = tmp_path / "p50"
+    shutil.copytree(PROJECTS_DIR / "p50_scaler_in_optimizer_factory", proj)
+    monkeypatch.chdir(proj)
+    trainer = proj / "nmt" / "trainer.py"
+    trainer.write_text(trainer.read_text().replace("self.optim.backward(loss)", "self.sampler.backward(loss)"))
+    assert _rows({"PERFLINT_CACHE_DIR": str(tmp_path / "cache")}, lambda d: d["code"] == "PF404") == [15, 23]

@@ -7,7 +7,7 @@ each of them makes a single GPU visible (`CUDA_VISIBLE_DEVICES=0 python train.py
     CUDA_VISIBLE_DEVICES=0 python train.py --dataset sunrgbd --log_dir log_sunrgbd
 
 `gpus_of_runs(root, path)` reads these text files only (no libcst): a rule asks it through
-the project view (`ProjectView.documented_gpus`), which makes it one of the file's recorded
+the project view (`ProjectView.documented_on_one_gpu`), which makes it one of the file's recorded
 questions, so the result cache reads the files again before it serves a finding.
 """
 

@@ -19,6 +19,7 @@ from perflint.analysis import (
 from perflint.analysis.vocab import _DTYPE_NAMES as DTYPES, Kind, SIZE_FACTORIES
 from perflint.rules.common import COMPREHENSIONS, param_for
 from perflint.rules.data_loading.origins import cuda_tensor_type
+from perflint.analysis.syntax import comments_in
 
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn,
@@ -586,3 +587,12 @@ def _reads(facts: Facts, name: str, scope: cst.CSTNode, after: int, depth: int) 
 
 def dataloaders(facts: Facts) -> list[cst.Call]:
     return facts.tree.calls_to(DATALOADER)
+
+
+def loader_comments(facts: Facts, call: cst.Call) -> list[str]:
+    """The comments among a loader call's arguments and after its statement (`num_workers=0)
+    # workers set to 0 because …`, `# pin_memory=True,`): where an author says why."""
+    stmt = facts.tree.statement_of(call)
+    trailing = stmt.trailing_whitespace.comment if isinstance(stmt, cst.SimpleStatementLine) else None
+    return list(comments_in(call)) + ([trailing.value] if trailing is not None else [])
+

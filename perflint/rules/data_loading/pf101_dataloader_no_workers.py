@@ -10,7 +10,6 @@ import libcst as cst
 from perflint.edits import add_arg, make_kwarg, parse_expr, parse_stmt, replace_arg_value
 from perflint.analysis import NOT_LITERAL, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.analysis.configfiles import from_config_file
-from perflint.analysis.syntax import comments_in
 from perflint.analysis.kinds import cheap_call
 from perflint.names import dotted
 from perflint.rules.base import FixClass, Rule, Violation
@@ -20,6 +19,7 @@ from perflint.rules.data_loading.helpers import (
     dataloaders,
     dataset_origin,
     index_loader,
+    loader_comments,
     function_node,
     iterated_once,
     loader_arg,
@@ -222,10 +222,7 @@ def _workers_commented(facts: Facts, call: cst.Call) -> bool:
     """A comment among the loader's arguments, or after its statement, speaks of workers
     (`num_workers=0)  # workers is set to 0 to avoid multiple instances to be modified at
     the same time`, `# num_workers=4,`): the literal 0 is a choice the author explains."""
-    stmt = facts.tree.statement_of(call)
-    trailing = stmt.trailing_whitespace.comment if isinstance(stmt, cst.SimpleStatementLine) else None
-    found = list(comments_in(call)) + ([trailing.value] if trailing is not None else [])
-    return any("worker" in c.lower() for c in found)
+    return any("worker" in c.lower() for c in loader_comments(facts, call))
 
 
 class DataLoaderNoWorkers(Rule):

@@ -11,13 +11,13 @@ from perflint.edits import add_arg, make_kwarg
 from perflint.analysis import Facts, call_name, has_splat
 from perflint.analysis.crossmodule import literal_or_default
 from perflint.analysis.syntax import NOT_LITERAL, get_arg, literal_value
-from perflint.analysis.syntax import comments_in
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import local_function, param_for, trains_in
 from perflint.rules.data_loading.pf101_dataloader_no_workers import in_memory_tensors, tokenised_text
 from perflint.rules.data_loading.helpers import (
     function_node,
     index_loader,
+    loader_comments,
     collate_origin,
     dataloaders,
     dataset_origin,
@@ -67,10 +67,7 @@ _COMMENTED_PIN = re.compile(r"\bpin_memory\s*=")
 def _pinning_commented_out(facts: Facts, call: cst.Call) -> bool:
     """A comment among the loader's arguments, or after its statement, holds a `pin_memory=`
     argument (`# pin_memory=True,`): the author turned pinning off on purpose."""
-    stmt = facts.tree.statement_of(call)
-    trailing = stmt.trailing_whitespace.comment if isinstance(stmt, cst.SimpleStatementLine) else None
-    found = list(comments_in(call)) + ([trailing.value] if trailing is not None else [])
-    return any(_COMMENTED_PIN.search(c) for c in found)
+    return any(_COMMENTED_PIN.search(c) for c in loader_comments(facts, call))
 
 
 class DataLoaderNoPinMemory(Rule):

@@ -151,7 +151,7 @@ class Fp16WithoutGradScaler(Rule):
         return any(facts.tree.is_inside(loop, stmt.body) for loop in facts.loops.training_loops())
 
 
-_WRAPPER = re.compile(r"optim|scaler|engine|amp", re.I)
+_WRAPPER = re.compile(r"optim|scaler|engine|(?:^|_)amp(?:_|$)", re.I)  # `amp` as a word, not in `sample`
 
 
 def _wrapper_backward(facts: Facts, call: cst.Call) -> bool:
