@@ -3,13 +3,16 @@
     python benchmarks/fix_passes.py FOLDER [FOLDER ...] [--select CODES] [--safe-only]
 
 Runs `perflint fix FOLDER --diff --no-cache --jobs 1` (`--unsafe-fixes` unless `--safe-only`;
-`--select ALL` unless told otherwise) in this process, counts the analyses the fix loop
-(`engine.fix_text`) makes of each file, and prints one row per folder: how many files took
-1, 2, 3 … analyses.  One analysis is a file with nothing to apply; two are a pass that
-applied fixes and the pass that found nothing left; more are passes that fixes left to
-each other (two fixes of one node that do not commute, a fix that uncovers a finding).
-Nothing is written: `--diff` only prints.  Counts, not times: the machine's load does not
-change them.
+`--select ALL` unless told otherwise) in this process, counts the analyses of each checked
+file over the whole run (the first lint, which also summarises the file for its project, and
+each pass of the fix loop, `engine.fix_text`), and prints one row per folder: how many files
+took 1, 2, 3 … analyses.  One analysis is a file with nothing to fix (its first lint is its
+result); two are the first lint, whose fixes the fix loop applies (when the project answers
+its questions as it did), and the pass that found nothing left; more are a first lint the
+project's answers overturned, or passes that fixes left to each other (two fixes of one node
+that do not commute, a fix that uncovers a finding).  Files the prefilter skips, and the modules that are
+only summarised for the project, are not counted.  Nothing is written: `--diff` only prints.
+Counts, not times: the machine's load does not change them.
 """
 
 from __future__ import annotations
@@ -26,22 +29,15 @@ from perflint.cli import main as cli_main
 
 def count(folder: str, select: str, unsafe: bool) -> collections.Counter:
     per_file: collections.Counter = collections.Counter()
-    inside: list[int] = []
-    real_analyze, real_fix_text = engine._analyze, engine.fix_text
+    real_analyze = engine._analyze
 
     def analyze(text, path, *args, **kwargs):
-        if inside:
-            per_file[path] += 1
+        # A walk taken over from an analysis of the same tree (`tree=`) is the same analysis.
+        if kwargs.get("tree") is None:
+            per_file[os.path.abspath(path)] += 1
         return real_analyze(text, path, *args, **kwargs)
 
-    def fix_text(*args, **kwargs):
-        inside.append(1)
-        try:
-            return real_fix_text(*args, **kwargs)
-        finally:
-            inside.pop()
-
-    engine._analyze, engine.fix_text = analyze, fix_text
+    engine._analyze = analyze
     cwd = os.getcwd()
     try:
         os.chdir(folder)
@@ -55,8 +51,17 @@ def count(folder: str, select: str, unsafe: bool) -> collections.Counter:
                 pass
     finally:
         os.chdir(cwd)
-        engine._analyze, engine.fix_text = real_analyze, real_fix_text
-    return collections.Counter(per_file.values())
+        engine._analyze = real_analyze
+    checked = checked_files(folder)
+    return collections.Counter(n for p, n in per_file.items() if p in checked)
+
+
+def checked_files(folder: str) -> set[str]:
+    """The files `perflint fix FOLDER` checks (its discovery), as absolute paths."""
+    from perflint.config import Resolver
+    from perflint.discovery import discover
+
+    return {os.path.abspath(p) for p, _ in discover([folder], Resolver()).files}
 
 
 def main() -> None:

@@ -133,13 +133,15 @@ def check_file(path: str, raw: bytes | None, options, *, project=None, summarise
     return lint_bytes(path, raw, options, project=project, summarise=summarise, alone=alone)
 
 
-def fix_file(path: str, raw: bytes | None, options, *, unsafe: bool, fixable=None, project=None):
+def fix_file(path: str, raw: bytes | None, options, *, unsafe: bool, fixable=None, project=None, reuse: bool = False):
     """Fix one file's bytes to a fixed point.  `fixable` is a predicate on rule codes (the
     configuration's `fixable`/`unfixable`).  Returns a `FileResult` whose `fixed_bytes` is the
-    new file (None when nothing changed) and whose diagnostics are what is left."""
+    new file (None when nothing changed) and whose diagnostics are what is left.  `reuse`: a
+    project run's first lint of these bytes still holds (the project answers its questions
+    as before), so its analysis, where this process kept it, is the fix loop's first pass."""
     from perflint.engine import fix_bytes
 
-    return fix_bytes(path, raw, options, unsafe, fixable=fixable, project=project)
+    return fix_bytes(path, raw, options, unsafe, fixable=fixable, project=project, reuse=reuse)
 
 
 def fix_text(text: str, path: str, options, *, unsafe: bool, fixable=None, project=None):

@@ -467,6 +467,7 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
         # so that the project sees the same files on every run; no rule runs on it.
         analysis = _analyze(src.text, path, () if other else _runnable(rules, src.text, options), options.target_torch,
                             project)
+        _kept_analysis(path, src.text, analysis)
         # The findings (and the questions they asked) first: the summary asks questions of
         # its own, which no finding depends on.
         _finish(result, src, analysis, options, project)
@@ -521,10 +522,18 @@ def _first_pass(result: FileResult, src: Source, rules, options: LintOptions, pr
         return _finish(result, src, analysis, options, project)
     view = project.alone(result.summary)
     analysis = _analyze(src.text, path, rules, options.target_torch, view, module=bare.module, tree=bare.facts)
+    _kept_analysis(path, src.text, analysis)
     _finish(result, src, analysis, options, view)
     if result.questions:
         result.answers = answers_digest(view.index, path, result.questions, view)
     return result
+
+
+def _kept_analysis(path: str, text: str, analysis) -> None:
+    """Offer a first lint's analysis to the run's tree store (a fix run keeps it for the fix loop)."""
+    trees = current_trees()
+    if trees is not None and trees.budget and not isinstance(analysis, FileError):
+        trees.analysed(path, text, analysis)
 
 
 def _finish(result: FileResult, src: Source, analysis, options: LintOptions, project) -> FileResult:
@@ -591,13 +600,17 @@ def fix_text(
     project=None,
     first: list | None = None,
     last: list | None = None,
+    reuse: bool = False,
 ) -> tuple[str, dict[str, int], list[FileError]]:
     """Apply fixes to a fixed point. Returns (new text, findings fixed by code, errors).
 
     A fix that several findings share counts once for each of them (a finding is what a
     user sees).  `first`, when given, receives the analysis of the text as it came;
     `last`, the analysis of the text returned when the loop ended on it (nothing left to
-    apply), so that the caller need not analyse the fixed text once more.
+    apply), so that the caller need not analyse the fixed text once more.  `reuse`: the
+    first pass is the analysis a project run's first lint of `text` left in this process's
+    tree store, where there is one (the run found that the project answers its questions as
+    that lint did).
 
     The text is only ever replaced by a version that parses: when a pass produces code that
     does not parse, the fixes that break it on their own are dropped and reported (their
@@ -608,8 +621,14 @@ def fix_text(
     errors: list[FileError] = []
     broken: set[str] = set()  # rules whose fix produced code that does not parse
     module = None  # the tree of `text`, when the last pass parsed it
+    trees = current_trees() if reuse else None
+    kept = trees.take_analysis(path, text) if trees is not None else None
     for _ in range(MAX_FIX_PASSES):
-        analysis = _analyze(text, path, _runnable(rules, text, options), options.target_torch, project, module=module)
+        if kept is not None:
+            analysis, kept = kept, None
+        else:
+            analysis = _analyze(text, path, _runnable(rules, text, options), options.target_torch, project,
+                                module=module)
         if isinstance(analysis, FileError):
             errors.append(analysis)
             return text, applied, errors
@@ -703,7 +722,8 @@ def fix_text(
     return text, applied, errors
 
 
-def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, fixable=None, project=None) -> FileResult:
+def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, fixable=None, project=None,
+              reuse: bool = False) -> FileResult:
     result = FileResult(path=path)
     src = _load(path, raw)
     if isinstance(src, FileError):
@@ -717,7 +737,7 @@ def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, 
     first: list = []
     last: list = []
     new_text, applied, errors = fix_text(src.text, path, options, unsafe, fixable=fixable, project=project,
-                                         first=first, last=last)
+                                         first=first, last=last, reuse=reuse)
     if any(e.kind in (ErrorKind.SYNTAX, ErrorKind.PARSE) for e in errors):
         result.errors.extend(_in_cell(e, src) for e in errors)
         return result
@@ -757,6 +777,10 @@ def fix_bytes(path: str, raw: bytes | None, options: LintOptions, unsafe: bool, 
     if result.fixes_applied and first and not isinstance(first[0], FileError):
         result.fixes_applied, result.fixes_uncovered = _split_fixed(
             result.fixes_applied, first_src, first[0], result.diagnostics, options, unsafe, fixable)
+    # The questions the passes asked of the project (the first pass's of the view it was
+    # analysed with, when it came from the run's first lint): what the cached findings hang on.
+    views = [project, first[0].facts.project] if first else [project]
+    result.questions = sorted({q for v in views if v is not None for q in getattr(v, "asked", ())})
     return result
 
 

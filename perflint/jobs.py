@@ -37,6 +37,9 @@ class Job:
     # The file is the only Python file of its project: its own summary answers every question
     # it asks the project, so its first pass is also its last (`engine._first_pass`).
     alone: bool = False
+    # A fix job whose first lint the project answers as it did: the fix loop's first pass
+    # is that lint's analysis, when this process kept it (`runcontext.TreeStore`).
+    reuse: bool = False
 
 
 def _view(job: Job):
@@ -65,7 +68,7 @@ def run_job(job: Job) -> FileResult:
     trees = current_trees()
     if trees is not None and trees.budget:
         result.kept = trees.end_job(job.path, not result.errors and (
-            job.keep == "always" or (job.keep == "asked" and bool(result.questions))))
+            job.keep == "always" or (job.keep == "asked" and bool(result.questions))), analysis=job.keep == "always")
     return result
 
 
@@ -73,7 +76,7 @@ def _run_job(job: Job) -> FileResult:
     try:
         if job.fix:
             return fix_file(job.path, job.raw, job.options, unsafe=job.unsafe, fixable=_fixable_pred(job),
-                            project=_view(job))
+                            project=_view(job), reuse=job.reuse)
         return check_file(job.path, job.raw, job.options, project=_view(job), summarise=job.summarise,
                           alone=job.alone)
     except RecursionError:

@@ -300,8 +300,10 @@ class ProjectPhase:
             got = self._paths[root] = project_paths(root)
         return got
 
-    def first_jobs(self, fix: bool) -> list:
-        from perflint.engine import LintOptions
+    def first_jobs(self) -> list:
+        """The first lints of the checked files whose summary is not cached: each file's
+        findings without the project, and its summary (a fix run too: a file that turns out
+        to have nothing to fix needs no fix job)."""
         from perflint.jobs import Job
 
         jobs = []
@@ -309,11 +311,10 @@ class ProjectPhase:
             root = self.roots[k]
             if self.abs[k] in self.summaries[root] or not any(t in self.raws[k] for t in SUMMARY_TOKENS):
                 continue
-            options = self.options_of[k]
-            if fix:
-                options = LintOptions(codes=(), target_torch=options.target_torch, prefilter=False)
-            alone = not fix and len(self.project_files(root)) <= 1 and set(self.project_files(root)) <= {self.abs[k]}
-            jobs.append(Job(path=k, options=options, raw=self.raws[k], root=root, summarise=True, alone=alone))
+            # A fix run lints the file here too: a file with nothing to fix needs no fix job.
+            alone = len(self.project_files(root)) <= 1 and set(self.project_files(root)) <= {self.abs[k]}
+            jobs.append(Job(path=k, options=self.options_of[k], raw=self.raws[k], root=root, summarise=True,
+                            alone=alone))
         return jobs
 
     def take(self, r, root: str | None = None) -> None:

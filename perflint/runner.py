@@ -154,7 +154,7 @@ def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: 
     # summarised; then each root's index is built.
     proj = ProjectPhase(list(raws), raws, shas, paths, use_cache, options_of)
     first: dict[str, FileResult] = {}
-    phase1 = proj.first_jobs(fix)
+    phase1 = proj.first_jobs()
     for j in phase1:
         j.keep = "always" if fix else "asked"
     if not fix:
@@ -170,17 +170,24 @@ def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: 
     n_first = len(phase1)
     for r in run_jobs(phase1, workers, on_start=on_start_for(n_first) if n_first else None, pool=pool):
         proj.take(r)
-        if not fix:
-            first[r.path] = r
+        first[r.path] = r
     proj.complete(workers, pool)
 
-    # Phase 2: answers from the cache, from the first lint, or a (re-)check with the project.
+    # Phase 2: answers from the cache, from the first lint, or a (re-)check (or the fix) with
+    # the project.  A fix run takes the first lint of a file with nothing to fix as it is.
     for key in list(raws):
         options = options_of[key]
         view_root = proj.root_of(key)
-        if not fix and key in first:
+        reuse = False
+        if key in first:
             r = first[key]
-            if r.errors or not proj.relevant(key, r.questions, r.answers):
+            if fix and (r.errors or _has_fixes(r, f.unsafe_for[key], f.settings_for[key])):
+                # The fix job below; its first pass is this lint where the project answers
+                # as the lint assumed and the worker kept the analysis.
+                reuse = r.kept and not r.errors and not proj.relevant(key, r.questions, r.answers)
+            elif r.errors or not proj.relevant(key, r.questions, r.answers):
+                if fix:
+                    _as_fix_result(r, raws[key], options)
                 results[key] = r
                 if r.skipped:
                     outcome.skipped += 1
@@ -197,7 +204,7 @@ def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: 
                 continue
         pending.append(
             Job(path=key, options=options, fix=fix, unsafe=f.unsafe_for[key], raw=raws[key],
-                fixable=fixable_codes(f.settings_for[key]), root=view_root)
+                fixable=fixable_codes(f.settings_for[key]), root=view_root, reuse=reuse)
         )
     for r in run_jobs(pending, workers, on_start=on_start_for(len(pending)) if n_first == 0 else None, pool=pool):
         results[r.path] = r
@@ -228,6 +235,26 @@ def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: 
     outcome.results = [results[k] for k in f.order if k in results]
     _drop_unfixable(outcome.results, f.settings_for)
     return outcome
+
+
+def _has_fixes(r: FileResult, unsafe: bool, settings: Settings) -> bool:
+    """Whether `fix` would change something for these findings: one carries a fix that the
+    run applies (safe, or unsafe with --unsafe-fixes) for a code the configuration lets it fix."""
+    from perflint.report.counts import is_fixable
+
+    allowed = fixable_codes(settings)
+    return any(is_fixable(d, unsafe) and (allowed is None or d.code in allowed) for d in r.diagnostics)
+
+
+def _as_fix_result(r: FileResult, raw: bytes, options) -> None:
+    """A first lint taken as the outcome of fixing a file with nothing to fix: as the fix
+    job reports it (the bytes it read; skipped where no selected rule can fire)."""
+    from perflint.engine import _cannot_fire, not_torch_code
+
+    r.original_bytes = raw
+    r.summary = None
+    if _cannot_fire(raw, options) or not_torch_code(raw):
+        r.skipped = True
 
 
 def _drop_unfixable(results: list[FileResult], settings_for: dict[str, Settings]) -> None:

@@ -134,8 +134,9 @@ def test_fixing_the_fixtures_in_fewer_passes_writes_what_one_pass_per_fix_writes
 
 def test_the_benchmark_counts_the_analyses_of_each_file(tmp_path):
     """`benchmarks/fix_passes.py` (the README's pass counts): a script whose overlapping
-    fixes commute takes one pass and the pass that finds nothing left; a file with nothing to
-    fix, one analysis."""
+    fixes commute takes two analyses, its first lint (whose fixes the fix job applies) and
+    the pass that finds nothing left; a file with nothing to fix, its first lint only (no
+    fix job)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("fix_passes", ROOT / "benchmarks" / "fix_passes.py")
@@ -145,3 +146,34 @@ def test_the_benchmark_counts_the_analyses_of_each_file(tmp_path):
     (tmp_path / "plain.py").write_text("import torch\n\nx = torch.ones(3)\nprint(x.sum())\n")
     assert bench.count(str(tmp_path), "ALL", True) == {2: 1, 1: 1}
     assert (tmp_path / "train.py").read_text() == LOADER_AND_STEP  # `--diff` writes nothing
+
+
+PROJECT_FIXTURES = sorted(p for p in (ROOT / "fixtures" / "projects").iterdir() if (p / "pyproject.toml").is_file())
+
+
+@pytest.mark.parametrize("project", PROJECT_FIXTURES, ids=lambda p: p.name)
+def test_a_fix_run_that_takes_its_first_lints_writes_what_fixing_from_scratch_writes(project, monkeypatch):
+    """A fix run answers a file with nothing to fix from its first lint, and starts the fix
+    loop of the others from it (`TreeStore.take_analysis`): the same diff, findings and
+    counts as fixing every file from a fresh analysis, in no more analyses."""
+    from cli_support import run
+    from perflint.runcontext import TreeStore
+
+    analyses: list[str] = []
+    real = engine._analyze
+
+    def counted(text, path, *args, **kwargs):
+        analyses.append(path)
+        return real(text, path, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "_analyze", counted)
+    args = ("fix", str(project), "--diff", "--unsafe-fixes", "--select", "ALL", "--no-cache", "--jobs", "1",
+            "--output-format", "json", "--exit-zero")
+    taken = run(*args)
+    n_taken = len(analyses)
+    analyses.clear()
+    monkeypatch.setattr(TreeStore, "take_analysis", lambda self, path, text: None)
+    monkeypatch.setattr("perflint.runner._has_fixes", lambda r, unsafe, settings: True)
+    fresh = run(*args)
+    assert (taken.stdout, taken.stderr, taken.exit_code) == (fresh.stdout, fresh.stderr, fresh.exit_code)
+    assert n_taken <= len(analyses)  # fewer wherever a file has nothing to fix (the benchmark test above)

@@ -73,7 +73,7 @@ def test_a_project_run_parses_a_file_it_checks_twice_only_once(counted, jobs, mo
         assert len(parsed) < len(analysed)
     assert current() is None  # the run's context (and the trees it kept) ended with the run
     # The same findings either way, and the same as without keeping trees.
-    monkeypatch.setattr(TreeStore, "end_job", lambda self, path, keep: False)
+    monkeypatch.setattr(TreeStore, "end_job", lambda self, path, keep, analysis=False: False)
     assert _findings(runner.run(["."], Resolver(), use_cache=False, jobs=1)) == _findings(outcome)
 
 
