@@ -32,7 +32,7 @@ def test_metadata():
         "PF409": (Severity.WARNING, "safe or unsafe", False, None),  # off by default (issue 21 review: 0.77)
         "PF501": (Severity.WARNING, "unsafe", True, None),
         "PF502": (Severity.WARNING, "unsafe", True, None),
-        "PF503": (Severity.WARNING, "none", True, (0, 4)),  # no DDP launcher before 0.4
+        "PF503": (Severity.WARNING, "none", False, (0, 4)),  # no DDP launcher before 0.4; off by default (whole-repository reviews)
     }
     for code, (severity, fix_class, default, min_torch) in expected.items():
         rule = rules[code]
