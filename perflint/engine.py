@@ -389,31 +389,6 @@ def _apply_and_parse(module, plans, path: str) -> tuple[str, str | None, object]
     return new_text, (perr.message if perr is not None else None), parsed
 
 
-def _non_overlapping(facts, plans):
-    """Pick fixes whose replaced nodes neither contain nor sit inside another picked fix's."""
-    taken: set = set()  # replaced nodes
-    covered: set = set()  # replaced nodes and all their ancestors
-    chosen = []
-    for plan in plans:
-        nodes = list(plan.replacements)
-        clash = False
-        for n in nodes:
-            if n in covered:
-                clash = True
-                break
-            if any(a in taken for a in facts.tree.ancestors(n)):
-                clash = True
-                break
-        if clash:
-            continue
-        chosen.append(plan)
-        for n in nodes:
-            taken.add(n)
-            covered.add(n)
-            covered.update(facts.tree.ancestors(n))
-    return chosen
-
-
 def _load(path: str, raw: bytes | None) -> Source | FileError:
     try:
         return read_source(path, raw)
@@ -668,7 +643,9 @@ def fix_text(
             if last is not None:
                 last.append((text, analysis))
             return text, applied, errors
-        chosen = _non_overlapping(analysis.facts, plans)
+        from perflint.fixedits import non_overlapping
+
+        chosen = non_overlapping(analysis.facts, plans)
         chosen_codes = [codes[next(i for i, p in enumerate(plans) if p is plan)] for plan in chosen]
         chosen_counts = [counts[next(i for i, p in enumerate(plans) if p is plan)] for plan in chosen]
         new_text, perr, new_module = _apply_and_parse(analysis.module, chosen, path)

@@ -368,3 +368,28 @@ def take_commuting(analysis, text: str, plans: list, codes: list, chosen: list, 
         return all(code_of[id(t)] in mine for t in overlapping(plan) if id(t) in got[1])
 
     return compose(analysis.module, text, plans, chosen, chosen_text, apply, joinable)
+
+
+def non_overlapping(facts, plans):
+    """Pick fixes whose replaced nodes neither contain nor sit inside another picked fix's."""
+    taken: set = set()  # replaced nodes
+    covered: set = set()  # replaced nodes and all their ancestors
+    chosen = []
+    for plan in plans:
+        nodes = list(plan.replacements)
+        clash = False
+        for n in nodes:
+            if n in covered:
+                clash = True
+                break
+            if any(a in taken for a in facts.tree.ancestors(n)):
+                clash = True
+                break
+        if clash:
+            continue
+        chosen.append(plan)
+        for n in nodes:
+            taken.add(n)
+            covered.add(n)
+            covered.update(facts.tree.ancestors(n))
+    return chosen
