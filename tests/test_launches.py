@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cli_support import run
 from fixture_support import FIXTURES
-from perflint.analysis.launches import gpus_of_runs
+from perflint.analysis.launches import gpus_of_runs, option_of_runs
 
 
 def _project(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -58,3 +58,36 @@ def test_an_edited_readme_is_read_again_on_a_warm_run(tmp_path, monkeypatch):
     readme = proj / "README.md"
     readme.write_text(readme.read_text() + "\nOn all GPUs: `python train.py --dataset sunrgbd`.\n")
     assert pf503_files() == ["refine.py", "train.py"]
+
+
+def test_each_run_gives_the_value_it_passes_to_an_option(tmp_path):
+    root = _project(tmp_path, {
+        "train.py": "",
+        "README.md": ("    python train.py --data a.json --dataloader_num_workers=4\n"
+                      "    accelerate launch --num_processes 2 train.py --dataloader-num-workers 8\n"
+                      "    python train.py --data b.json\n"
+                      "    python eval.py --dataloader_num_workers=2\n"  # another script
+                      "    python train.py --dataloader_num_workers_x 3\n"),  # another option
+        "run.sh": "python train.py \\\n  --dataloader_num_workers \"6\"\n",
+    })
+    assert option_of_runs(str(root), str(root / "train.py"), "dataloader_num_workers") == ["4", "8", None, None, "6"]
+
+
+def test_a_readme_run_without_the_workers_option_brings_the_finding_back(tmp_path, monkeypatch):
+    """p51's `train.py` is silent while every documented run passes a number of workers; a
+    README line without the option makes the next (warm) run report its loader."""
+    proj = tmp_path / "p51"
+    shutil.copytree(FIXTURES / "projects" / "p51_documented_workers", proj)
+    monkeypatch.chdir(proj)
+    env = {"PERFLINT_CACHE_DIR": str(tmp_path / "cache")}
+
+    def pf101_files() -> list[str]:
+        r = run("check", ".", "--output-format", "json", env=env)
+        assert r.exit_code in (0, 1), r.output
+        return sorted(Path(d["filename"]).name for d in json.loads(r.stdout) if d["code"] == "PF101")
+
+    assert pf101_files() == ["finetune.py"]
+    assert pf101_files() == ["finetune.py"]  # warm
+    readme = proj / "README.md"
+    readme.write_text(readme.read_text() + "\nOr in one process: `python train.py --data_json data.json`.\n")
+    assert pf101_files() == ["finetune.py", "train.py"]

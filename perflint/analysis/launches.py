@@ -8,7 +8,9 @@ each of them makes a single GPU visible (`CUDA_VISIBLE_DEVICES=0 python train.py
 
 `gpus_of_runs(root, path)` reads these text files only (no libcst): a rule asks it through
 the project view (`ProjectView.documented_on_one_gpu`), which makes it one of the file's recorded
-questions, so the result cache reads the files again before it serves a finding.
+questions, so the result cache reads the files again before it serves a finding.  So does
+`option_of_runs(root, path, name)`, the value each run passes to one option
+(`python tutorial_train.py --dataloader_num_workers=4`; `ProjectView.documented_option`).
 """
 
 from __future__ import annotations
@@ -74,14 +76,13 @@ def _one_gpu(text: str) -> bool | None:
     return found[-1].group(1) is not None
 
 
-def gpus_of_runs(root: str, path: str) -> list[int]:
-    """For each documented run of the script at `path` (README/Markdown command lines, shell
-    script lines), 1 when it makes exactly one GPU visible, 0 otherwise (also a run through a
-    multi-process launcher: `torchrun`, `torch.distributed.launch`, `accelerate launch`)."""
+def _runs(root: str, path: str):
+    """Each documented run of the script at `path`: (the command line, where the script's
+    name ends in it, whether it goes through a multi-process launcher, whether one GPU is
+    visible to it: from the line, else from a shell script's `export` in force)."""
     rel = os.path.relpath(path, root)
     if rel.startswith(".."):
-        return []
-    out: list[int] = []
+        return
     for doc, text in _texts(root):
         shell = doc.lower().endswith((".sh", ".bash"))
         exported: bool | None = None  # a shell script's `export CUDA_VISIBLE_DEVICES=…` in force
@@ -92,8 +93,28 @@ def gpus_of_runs(root: str, path: str) -> list[int]:
                 if shell and _one_gpu(line) is not None:
                     exported = _one_gpu(line)
                 continue
-            out.extend(0 for _ in launched)
+            for m in launched:
+                yield line, m.end(1), True, False
             for m in runs:
                 here = _one_gpu(line[: m.start()])
-                out.append(1 if (here if here is not None else exported) else 0)
+                yield line, m.end(2), False, bool(here if here is not None else exported)
+
+
+def gpus_of_runs(root: str, path: str) -> list[int]:
+    """For each documented run of the script at `path` (README/Markdown command lines, shell
+    script lines), 1 when it makes exactly one GPU visible, 0 otherwise (also a run through a
+    multi-process launcher: `torchrun`, `torch.distributed.launch`, `accelerate launch`)."""
+    return [0 if launched else int(one) for _, _, launched, one in _runs(root, path)]
+
+
+def option_of_runs(root: str, path: str, name: str) -> list[str | None]:
+    """For each documented run of the script at `path`, the value it passes to the option
+    whose argparse name is `name` (`--name 4`, `--name=4`, also spelled with dashes), or
+    None where it passes none.  Only the words after the script's name on its line count."""
+    flags = "|".join(re.escape(f) for f in sorted({"--" + name, "--" + name.replace("_", "-")}))
+    given = re.compile(rf"(?:^|\s)(?:{flags})(?:=|\s+)([^\s;&|]+)")
+    out: list[str | None] = []
+    for line, end, _, _ in _runs(root, path):
+        m = given.search(line[end:])
+        out.append(m.group(1).strip("\"'") if m else None)
     return out

@@ -31,6 +31,7 @@ import stat
 from pathlib import Path
 
 from perflint.analysis.callers import CallerFacts, only_while_building, reached
+from perflint.analysis.launches import gpus_of_runs, option_of_runs
 from perflint.analysis.modules import MAX_DEPTH, ModuleResolver
 from perflint.analysis.vocab import Kind
 from perflint.analysis.summary_types import SCALER_WORDS, rejects_keyword, rejects_non_blocking, unpinnable
@@ -642,13 +643,17 @@ class ProjectView:
         """Whether the project's README/Markdown command lines and shell scripts run this
         script, and every such run makes exactly one GPU visible (`CUDA_VISIBLE_DEVICES=0
         python train.py`; see `analysis.launches`).  True or None."""
-        from perflint.analysis.launches import gpus_of_runs
-
         def compute():
             runs = gpus_of_runs(self.index.root, self.path)  # type: ignore[union-attr]
             return bool(runs) and all(runs) or None
 
         return bool(self._ask(("launch",), compute))
+
+    def documented_option(self, name: str) -> list | None:
+        """The value each documented run of this script passes to its option `name` (None: it
+        passes none), or None when no document runs it (`analysis.launches`)."""
+        return self._ask(("launch", "option", name),
+                         lambda: option_of_runs(self.index.root, self.path, name) or None)  # type: ignore[union-attr]
 
     def star_aliases(self) -> dict[str, str]:
         return self._ask(("stars",), lambda: self.index.star_aliases(self.path) or None) or {}  # type: ignore[union-attr]
@@ -775,7 +780,8 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "unused": view.never_used, "ctor": view.only_while_building,
                   "graphm": view.graph_collate_method, "graphf": view.graph_collate,
                   "trainsin": view.file_of_trains, "attr-read": view.attribute_read_elsewhere,
-                  "rejects": view.method_rejects, "launch": view.documented_on_one_gpu,
+                  "rejects": view.method_rejects, "launch": lambda *a: view.documented_option(*a[1:]) if a
+                  else view.documented_on_one_gpu(),
                   "anyset": view.sets_up_anywhere}.get(kind)
         if method is not None:
             method(*args)

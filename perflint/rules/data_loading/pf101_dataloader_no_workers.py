@@ -218,6 +218,17 @@ def _imports_transformers(facts: Facts) -> bool:
 _WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "multiprocessing_context", "worker_init_fn")
 
 
+def _documented_with_workers(facts: Facts, value: cst.BaseExpression) -> bool:
+    """`num_workers=args.workers` where `workers` is this script's own argparse option and
+    every documented run of the script (README/Markdown command lines, shell scripts) passes
+    it a positive number: the run as documented uses worker processes."""
+    name = (dotted(value) or "").split(".")
+    if facts.project is None or len(name) != 2 or name[1] not in facts.cross.own_option_defaults:
+        return False
+    runs = facts.project.documented_option(name[1])
+    return bool(runs) and all(v is not None and v.isdigit() and int(v) > 0 for v in runs)
+
+
 def _workers_commented(facts: Facts, call: cst.Call) -> bool:
     """A comment among the loader's arguments, or after its statement, speaks of workers
     (`num_workers=0)  # workers is set to 0 to avoid multiple instances to be modified at
@@ -296,7 +307,11 @@ class DataLoaderNoWorkers(Rule):
     default (argparse, a config dataclass or dict, in this file or a project module it
     imports) is 0 — unless the call also passes a worker-only option (`persistent_workers`,
     `prefetch_factor`, `multiprocessing_context`, `worker_init_fn`): the author runs with
-    workers, and what the default 0 breaks is PF104's finding. Not reported for a loader that
+    workers, and what the default 0 breaks is PF104's finding — nor when the option is the
+    script's own argparse option and every documented run of the script passes it a number
+    of workers (`python tutorial_train.py --dataloader_num_workers=4` in the README, read as
+    PF503 reads `CUDA_VISIBLE_DEVICES`; one run without it keeps the finding; IP-Adapter).
+    Not reported for a loader that
     feeds no training pass and no repeated evaluation: one batch read once
     (`next(iter(DataLoader(ds, batch_size=len(ds))))`, a loop that ends in `break`), one pass
     that is not itself training (a final test after training, `list(loader)`, a prediction
@@ -357,7 +372,7 @@ class DataLoaderNoWorkers(Rule):
                     # A name bound to 0 in the file is the user's choice; an option whose
                     # default is 0 (argparse, a config field) loads in-process unless changed.
                     found, default = facts.cross.option_default(value)
-                    if not found or default != 0:
+                    if not found or default != 0 or _documented_with_workers(facts, value):
                         continue
                     if from_config_file(facts, value):
                         why = f"`num_workers={facts.module.code_for_node(value)}` (0 in the config file it reads)"
