@@ -40,24 +40,31 @@ def test_a_script_no_document_runs_has_no_runs(tmp_path):
     assert gpus_of_runs(str(root), str(root / "train.py")) == []
 
 
-def test_an_edited_readme_is_read_again_on_a_warm_run(tmp_path, monkeypatch):
-    """p49's `train.py` is silent while every documented run is on one GPU; a README line
-    that runs it on all GPUs makes the next (warm) run report its DataParallel."""
-    proj = tmp_path / "p49"
-    shutil.copytree(FIXTURES / "projects" / "p49_one_gpu_runs", proj)
+def _readme_edit_reported(tmp_path, monkeypatch, fixture: str, code: str, line: str) -> list[list[str]]:
+    """The files a check of a copy of project `fixture` reports `code` in: cold, warm, and
+    warm again after `line` is added to its README (the documents are read on every run)."""
+    proj = tmp_path / fixture
+    shutil.copytree(FIXTURES / "projects" / fixture, proj)
     monkeypatch.chdir(proj)
     env = {"PERFLINT_CACHE_DIR": str(tmp_path / "cache")}
 
-    def pf503_files() -> list[str]:
+    def files() -> list[str]:
         r = run("check", ".", "--output-format", "json", env=env)
         assert r.exit_code in (0, 1), r.output
-        return sorted(Path(d["filename"]).name for d in json.loads(r.stdout) if d["code"] == "PF503")
+        return sorted(Path(d["filename"]).name for d in json.loads(r.stdout) if d["code"] == code)
 
-    assert pf503_files() == ["refine.py"]
-    assert pf503_files() == ["refine.py"]  # warm
+    seen = [files(), files()]
     readme = proj / "README.md"
-    readme.write_text(readme.read_text() + "\nOn all GPUs: `python train.py --dataset sunrgbd`.\n")
-    assert pf503_files() == ["refine.py", "train.py"]
+    readme.write_text(readme.read_text() + line)
+    return seen + [files()]
+
+
+def test_an_edited_readme_is_read_again_on_a_warm_run(tmp_path, monkeypatch):
+    """p49's `train.py` is silent while every documented run is on one GPU; a README line
+    that runs it on all GPUs makes the next (warm) run report its DataParallel."""
+    got = _readme_edit_reported(tmp_path, monkeypatch, "p49_one_gpu_runs", "PF503",
+                                "\nOn all GPUs: `python train.py --dataset sunrgbd`.\n")
+    assert got == [["refine.py"], ["refine.py"], ["refine.py", "train.py"]]
 
 
 def test_each_run_gives_the_value_it_passes_to_an_option(tmp_path):
@@ -76,18 +83,6 @@ def test_each_run_gives_the_value_it_passes_to_an_option(tmp_path):
 def test_a_readme_run_without_the_workers_option_brings_the_finding_back(tmp_path, monkeypatch):
     """p51's `train.py` is silent while every documented run passes a number of workers; a
     README line without the option makes the next (warm) run report its loader."""
-    proj = tmp_path / "p51"
-    shutil.copytree(FIXTURES / "projects" / "p51_documented_workers", proj)
-    monkeypatch.chdir(proj)
-    env = {"PERFLINT_CACHE_DIR": str(tmp_path / "cache")}
-
-    def pf101_files() -> list[str]:
-        r = run("check", ".", "--output-format", "json", env=env)
-        assert r.exit_code in (0, 1), r.output
-        return sorted(Path(d["filename"]).name for d in json.loads(r.stdout) if d["code"] == "PF101")
-
-    assert pf101_files() == ["finetune.py"]
-    assert pf101_files() == ["finetune.py"]  # warm
-    readme = proj / "README.md"
-    readme.write_text(readme.read_text() + "\nOr in one process: `python train.py --data_json data.json`.\n")
-    assert pf101_files() == ["finetune.py", "train.py"]
+    got = _readme_edit_reported(tmp_path, monkeypatch, "p51_documented_workers", "PF101",
+                                "\nOr in one process: `python train.py --data_json data.json`.\n")
+    assert got == [["finetune.py"], ["finetune.py"], ["finetune.py", "train.py"]]
