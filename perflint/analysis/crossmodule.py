@@ -192,10 +192,11 @@ class CrossModule(Component):
 
         return _defaults(self.facts)
 
-    def option_default(self, node: cst.BaseExpression) -> tuple[bool, object]:
+    def option_default(self, node: cst.BaseExpression, callers: bool = False) -> tuple[bool, object]:
         """(True, value) when `node` is an option such as `args.workers`, `cfg.num_workers`
         or `self.args.workers` whose default is known (argparse, a dataclass field, a config
-        literal: this file's first, else the project's); else (False, None)."""
+        literal: this file's first, else the project's; with `callers`, also the scripts that
+        import this module, where the modules it imports define none); else (False, None)."""
         passed = self._passed_options.get(node) if self._passed_options else None
         if passed is not None:
             return passed  # passed by the callers through `**kwargs`: the default they know
@@ -222,7 +223,7 @@ class CrossModule(Component):
         if name in own:
             return True, own[name]
         if self.project is not None:
-            return self.project.option_default(name)
+            return self.project.option_default(name, callers)
         return False, None
 
     def call_keywords(self, call: cst.Call) -> dict[str, cst.BaseExpression] | None:

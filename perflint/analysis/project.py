@@ -33,6 +33,7 @@ from pathlib import Path
 from perflint.analysis.callers import CallerFacts, only_while_building, reached
 from perflint.analysis.launches import gpus_of_runs, option_of_runs
 from perflint.analysis.modules import MAX_DEPTH, ModuleResolver
+from perflint.analysis.optiondefaults import caller_defaults, import_edges
 from perflint.analysis.vocab import Kind
 from perflint.analysis.summary_types import SCALER_WORDS, rejects_keyword, rejects_non_blocking, unpinnable
 
@@ -380,9 +381,10 @@ class ProjectIndex:
         consts = (self.summaries.get(path) or {}).get("constants", {})
         return consts[symbol]
 
-    def option_default(self, importer: str, name: str):
+    def option_default(self, importer: str, name: str, callers: bool = False):
         """The default of an option (argparse dest, config field) in the modules `importer`
-        imports (transitively), or KeyError when none or several differing ones are known."""
+        imports (transitively; with `callers`, else in the modules that import it), or
+        KeyError when none or several differing ones are known."""
         seen = {importer}
         frontier = [importer]
         values = []
@@ -400,6 +402,7 @@ class ProjectIndex:
                         seen.add(w[0])
                         nxt.append(w[0])
             frontier = nxt
+        values = values or (caller_defaults(self, importer, name) if callers else [])
         if not values or any(v != values[0] for v in values):
             raise KeyError(name)
         return values[0]
@@ -459,16 +462,8 @@ class ProjectIndex:
         got = self._memo.get("import_uses")
         if got is None:
             got = {}
-            for other in sorted(self.summaries):
-                s = self.summaries[other]
-                for ref in s.get("stars", ()):
-                    target = self.modules.module_ref(other, ref)
-                    if target is not None and target != other:
-                        got.setdefault(target, set()).add("")
-                for ref in [*(s.get("imports") or {}).values(), *(s.get("relative") or {}).values()]:
-                    w = self.resolve(other, ref)
-                    if w is not None and w[0] != other:
-                        got.setdefault(w[0], set()).add(w[1].split(".", 1)[0])
+            for _, target, name in import_edges(self):
+                got.setdefault(target, set()).add(name)
             self._memo["import_uses"] = got
         return got
 
@@ -721,9 +716,10 @@ class ProjectView:
         got = self._ask(("settings",), lambda: self.index.settings_near(self.path))  # type: ignore[union-attr]
         return got or {"settings": [], "imported": False}
 
-    def option_default(self, name: str):
-        """(True, value) for a known project-wide default, else (False, None)."""
-        return self._found(("default", name), lambda: self.index.option_default(self.path, name))  # type: ignore[union-attr]
+    def option_default(self, name: str, callers: bool = False):
+        """(True, value) for a known project-wide default (`callers`: also from the importers), else (False, None)."""
+        return self._found(("default", name, *((True,) if callers else ())),
+                           lambda: self.index.option_default(self.path, name, callers))  # type: ignore[union-attr]
 
     def constant(self, ref: str):
         """(True, value) for a literal constant imported from a project module."""
@@ -793,8 +789,6 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
 def _plain(value):
     if isinstance(value, (frozenset, set)):
         return sorted(value)
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, list):
+    if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
     return value

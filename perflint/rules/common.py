@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 
 from perflint.edits import parse_expr
-from perflint.analysis import Binding, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
+from perflint.analysis import NOT_LITERAL, Binding, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.names import dotted
 from perflint.analysis.vocab import Kind
 from perflint.analysis.syntax import is_cli_command
@@ -571,3 +571,95 @@ def uses_of_bound_name(facts: Facts, node: cst.CSTNode, scope: cst.CSTNode) -> l
         return None
     target = stmt.targets[0].target
     return list(facts.tree.later_uses(target.value, scope, facts.tree.order.get(target, 0)))
+
+
+def off_by_default(facts: Facts, node: cst.CSTNode) -> bool:
+    """`node` sits in a branch that a run with every option at its default does not take:
+    `if args.n_gpu > 1:` with `add_argument('--n_gpu', default=1)` (in this file or a project
+    module), `if self.args.use_multi_gpu and self.args.use_gpu:` with a `store_true` flag,
+    `nb_gpus = len(args.gpu.split(','))` … `if nb_gpus > 1:` with `default='0'`; or in the
+    `else:` of a test such a run passes."""
+    cur = node
+    for anc in facts.tree.ancestors(node):
+        if isinstance(anc, cst.If):
+            if cur is anc.body and _truth(facts, anc.test) is False:
+                return True
+            if cur is anc.orelse and _truth(facts, anc.test) is True:
+                return True
+        cur = anc
+    return False
+
+
+_UNKNOWN = object()
+_COMPARE = {cst.GreaterThan: lambda a, b: a > b, cst.GreaterThanEqual: lambda a, b: a >= b,
+            cst.LessThan: lambda a, b: a < b, cst.LessThanEqual: lambda a, b: a <= b,
+            cst.Equal: lambda a, b: a == b, cst.NotEqual: lambda a, b: a != b}
+
+
+def _truth(facts: Facts, test: cst.BaseExpression, depth: int = 0) -> bool | None:
+    """Whether `test` holds with every option at its default (None: not known)."""
+    if isinstance(test, cst.BooleanOperation):
+        left, right = _truth(facts, test.left, depth + 1), _truth(facts, test.right, depth + 1)
+        if isinstance(test.operator, cst.And):
+            return False if False in (left, right) else (True if left is True and right is True else None)
+        return True if True in (left, right) else (False if left is False and right is False else None)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _truth(facts, test.expression, depth + 1)
+        return None if inner is None else not inner
+    value = _default_value(facts, test, depth)
+    if value is _UNKNOWN or not isinstance(value, (bool, int, float, str, list, type(None))):
+        return None
+    return bool(value)
+
+
+def _default_value(facts: Facts, expr: cst.BaseExpression, depth: int = 0):
+    """The value of `expr` with every option at its default: a literal, an option
+    (`args.n_gpu`, through `facts.cross.option_default`) the file never assigns, a name bound
+    once to such a value, `<str>.split(sep)`, `len(...)` of those, one comparison of such
+    values; else `_UNKNOWN`."""
+    if depth > 8:
+        return _UNKNOWN
+    v = literal_value(expr)
+    if v is not NOT_LITERAL:
+        return v
+    if isinstance(expr, cst.Attribute):
+        if _assigned_in_file(facts, expr.attr.value):
+            return _UNKNOWN  # `args.n_gpu = torch.cuda.device_count()`: not the default any more
+        found, default = facts.cross.option_default(expr, callers=True)
+        return default if found else _UNKNOWN
+    if isinstance(expr, cst.Name):
+        bs = facts.bindings.lookup(expr.value, expr)
+        if len(bs) == 1 and bs[0].how == "expr" and bs[0].node is not None:
+            return _default_value(facts, bs[0].node, depth + 1)
+        return _UNKNOWN
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+        op = _COMPARE.get(type(expr.comparisons[0].operator))
+        left = _default_value(facts, expr.left, depth + 1)
+        right = _default_value(facts, expr.comparisons[0].comparator, depth + 1)
+        if op is None or _UNKNOWN in (left, right) or isinstance(left, bool) or isinstance(right, bool):
+            return _UNKNOWN
+        try:
+            return op(left, right)
+        except TypeError:
+            return _UNKNOWN
+    if isinstance(expr, cst.Call) and call_name(expr) == "len" and isinstance(expr.func, cst.Name) \
+            and len(expr.args) == 1 and not facts.bindings.lookup("len", expr.func):
+        got = _default_value(facts, expr.args[0].value, depth + 1)
+        return len(got) if isinstance(got, (str, list)) else _UNKNOWN
+    if isinstance(expr, cst.Call) and call_name(expr) == "split" and isinstance(expr.func, cst.Attribute) \
+            and len(expr.args) == 1 and not expr.args[0].keyword:
+        text, sep = _default_value(facts, expr.func.value, depth + 1), literal_value(expr.args[0].value)
+        if isinstance(text, str) and isinstance(sep, str) and sep:
+            return text.split(sep)
+    return _UNKNOWN
+
+
+def _assigned_in_file(facts: Facts, attr: str) -> bool:
+    """Whether the file assigns `<something>.<attr>` (`args.n_gpu = …`, `+=`, `: int =`) or
+    sets it with `setattr(…, "<attr>", …)`."""
+    targets = [t.target for a in facts.tree.index[cst.Assign] for t in a.targets]
+    targets += [a.target for a in (*facts.tree.index[cst.AugAssign], *facts.tree.index[cst.AnnAssign])]
+    if any(isinstance(n, cst.Attribute) and n.attr.value == attr for t in targets for n in iter_nodes(t)):
+        return True
+    return any(call_name(c) == "setattr" and len(c.args) > 1 and literal_value(c.args[1].value) == attr
+               for c in facts.tree.calls())

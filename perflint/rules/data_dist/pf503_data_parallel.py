@@ -7,11 +7,12 @@ from typing import Iterator
 
 import libcst as cst
 
-from perflint.analysis import NOT_LITERAL, Facts, call_name, get_arg, iter_nodes, literal_value
+from perflint.analysis import Facts, call_name, get_arg, iter_nodes, literal_value
 from perflint.names import dotted
 from perflint.rules.base import Rule, Violation
 from perflint.rules.common import (
     file_trains,
+    off_by_default,
     param_for,
     is_training_file,
     runs_once,
@@ -77,9 +78,10 @@ class DataParallel(Rule):
     that a run with every option at its default does not take (`if args.n_gpu > 1:` with
     `add_argument('--n_gpu', default=1)`, `if args.use_multi_gpu and args.use_gpu:` with a
     `store_true` flag, `nb_gpus = len(args.gpu.split(','))` … `if nb_gpus > 1:` with
-    `default='0'`, voxelmorph; the option's default read in the file or a project module it
-    imports, and not when the file assigns the option: `args.n_gpu =
-    torch.cuda.device_count()`), nor for a
+    `default='0'`, voxelmorph; the option's default read in the file, a project module it
+    imports, else the scripts that import it and pass `args` on (TransUNet's `trainer.py`,
+    whose `train.py` parses `--n_gpu` with default 1), and not when the file assigns the
+    option: `args.n_gpu = torch.cuda.device_count()`), nor for a
     wrapper every later use of which sits under a throttle in a loop (`sampler =
     nn.DataParallel(sampler)` called only `if step % args.sample_step == 0:`), nor for one
     unwrapped before any forward (`net = nn.DataParallel(net)`, `net.load_state_dict(...)`,
@@ -127,7 +129,7 @@ class DataParallel(Rule):
         if _has_distributed_path(facts):
             return  # DataParallel is the single-process fallback next to a DDP path the file has
         for call in facts.tree.calls_to("torch.nn.DataParallel"):
-            if _cpu_only_branch(facts, call) or _dead_branch(facts, call) or _off_by_default(facts, call):
+            if _cpu_only_branch(facts, call) or _dead_branch(facts, call) or off_by_default(facts, call):
                 continue  # `else:` of `if torch.cuda.is_available():`, `parallel = False; if parallel:`, `if args.n_gpu > 1:`
             fn = facts.tree.enclosing_function(call)
             if not trains:
@@ -461,98 +463,6 @@ def _dead_branch(facts: Facts, node: cst.CSTNode) -> bool:
                 return True
         cur = anc
     return False
-
-
-def _off_by_default(facts: Facts, node: cst.CSTNode) -> bool:
-    """`node` sits in a branch that a run with every option at its default does not take:
-    `if args.n_gpu > 1:` with `add_argument('--n_gpu', default=1)` (in this file or a project
-    module), `if self.args.use_multi_gpu and self.args.use_gpu:` with a `store_true` flag,
-    `nb_gpus = len(args.gpu.split(','))` … `if nb_gpus > 1:` with `default='0'`; or in the
-    `else:` of a test such a run passes."""
-    cur = node
-    for anc in facts.tree.ancestors(node):
-        if isinstance(anc, cst.If):
-            if cur is anc.body and _truth(facts, anc.test) is False:
-                return True
-            if cur is anc.orelse and _truth(facts, anc.test) is True:
-                return True
-        cur = anc
-    return False
-
-
-_UNKNOWN = object()
-_COMPARE = {cst.GreaterThan: lambda a, b: a > b, cst.GreaterThanEqual: lambda a, b: a >= b,
-            cst.LessThan: lambda a, b: a < b, cst.LessThanEqual: lambda a, b: a <= b,
-            cst.Equal: lambda a, b: a == b, cst.NotEqual: lambda a, b: a != b}
-
-
-def _truth(facts: Facts, test: cst.BaseExpression, depth: int = 0) -> bool | None:
-    """Whether `test` holds with every option at its default (None: not known)."""
-    if isinstance(test, cst.BooleanOperation):
-        left, right = _truth(facts, test.left, depth + 1), _truth(facts, test.right, depth + 1)
-        if isinstance(test.operator, cst.And):
-            return False if False in (left, right) else (True if left is True and right is True else None)
-        return True if True in (left, right) else (False if left is False and right is False else None)
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = _truth(facts, test.expression, depth + 1)
-        return None if inner is None else not inner
-    value = _default_value(facts, test, depth)
-    if value is _UNKNOWN or not isinstance(value, (bool, int, float, str, list, type(None))):
-        return None
-    return bool(value)
-
-
-def _default_value(facts: Facts, expr: cst.BaseExpression, depth: int = 0):
-    """The value of `expr` with every option at its default: a literal, an option
-    (`args.n_gpu`, through `facts.cross.option_default`) the file never assigns, a name bound
-    once to such a value, `<str>.split(sep)`, `len(...)` of those, one comparison of such
-    values; else `_UNKNOWN`."""
-    if depth > 8:
-        return _UNKNOWN
-    v = literal_value(expr)
-    if v is not NOT_LITERAL:
-        return v
-    if isinstance(expr, cst.Attribute):
-        if _assigned_in_file(facts, expr.attr.value):
-            return _UNKNOWN  # `args.n_gpu = torch.cuda.device_count()`: not the default any more
-        found, default = facts.cross.option_default(expr)
-        return default if found else _UNKNOWN
-    if isinstance(expr, cst.Name):
-        bs = facts.bindings.lookup(expr.value, expr)
-        if len(bs) == 1 and bs[0].how == "expr" and bs[0].node is not None:
-            return _default_value(facts, bs[0].node, depth + 1)
-        return _UNKNOWN
-    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
-        op = _COMPARE.get(type(expr.comparisons[0].operator))
-        left = _default_value(facts, expr.left, depth + 1)
-        right = _default_value(facts, expr.comparisons[0].comparator, depth + 1)
-        if op is None or _UNKNOWN in (left, right) or isinstance(left, bool) or isinstance(right, bool):
-            return _UNKNOWN
-        try:
-            return op(left, right)
-        except TypeError:
-            return _UNKNOWN
-    if isinstance(expr, cst.Call) and call_name(expr) == "len" and isinstance(expr.func, cst.Name) \
-            and len(expr.args) == 1 and not facts.bindings.lookup("len", expr.func):
-        got = _default_value(facts, expr.args[0].value, depth + 1)
-        return len(got) if isinstance(got, (str, list)) else _UNKNOWN
-    if isinstance(expr, cst.Call) and call_name(expr) == "split" and isinstance(expr.func, cst.Attribute) \
-            and len(expr.args) == 1 and not expr.args[0].keyword:
-        text, sep = _default_value(facts, expr.func.value, depth + 1), literal_value(expr.args[0].value)
-        if isinstance(text, str) and isinstance(sep, str) and sep:
-            return text.split(sep)
-    return _UNKNOWN
-
-
-def _assigned_in_file(facts: Facts, attr: str) -> bool:
-    """Whether the file assigns `<something>.<attr>` (`args.n_gpu = …`, `+=`, `: int =`) or
-    sets it with `setattr(…, "<attr>", …)`."""
-    targets = [t.target for a in facts.tree.index[cst.Assign] for t in a.targets]
-    targets += [a.target for a in (*facts.tree.index[cst.AugAssign], *facts.tree.index[cst.AnnAssign])]
-    if any(isinstance(n, cst.Attribute) and n.attr.value == attr for t in targets for n in iter_nodes(t)):
-        return True
-    return any(call_name(c) == "setattr" and len(c.args) > 1 and literal_value(c.args[1].value) == attr
-               for c in facts.tree.calls())
 
 
 _NOT_TRAINING_FN = re.compile(r"^_?(sample|sampling|test|eval|evaluate|valid|validate|validation|generate|infer|"

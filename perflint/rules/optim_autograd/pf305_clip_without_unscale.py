@@ -10,6 +10,7 @@ from perflint.diagnostics import Severity
 from perflint.edits import parse_stmt
 from perflint.analysis import Facts, call_name
 from perflint.rules.base import FixClass, Rule, Violation
+from perflint.rules.common import off_by_default
 from perflint.rules.optim_autograd.helpers import exclusive, iteration_calls, scaled_backward, step_regions
 
 
@@ -72,7 +73,13 @@ class ClipWithoutUnscale(Rule):
     twice before `update()`, which raises the same error.
 
     ## Applies to
-    All torch versions with AMP (`torch.amp` and the older `torch.cuda.amp`).
+    All torch versions with AMP (`torch.amp` and the older `torch.cuda.amp`). Not in a
+    branch that a run with every option at its default does not take: `if args.amp:` with
+    `--amp` off by default, or `if args.clip > 0:` with a default of 0, the defaults read in
+    the file, the project modules it imports, else the scripts that import it and pass
+    `args` on (TorchSSL's `models/freematch/freematch.py`, whose entry script parses
+    `--amp` with default False and whose documented runs pass `--amp False`). The bug is
+    still there for a run that turns both on; the documented runs never reach it.
 
     ## References
     - PyTorch AMP examples, "Gradient clipping"
@@ -98,6 +105,8 @@ class ClipWithoutUnscale(Rule):
             for clip in calls:
                 if clip in seen or not _clip_call(facts, clip):
                     continue
+                if off_by_default(facts, clip):
+                    continue  # `if args.amp:` with `--amp` off by default: the documented runs never clip scaled gradients
                 before = [s for c, s in scaled if facts.tree.order[c] < facts.tree.order[clip] and not exclusive(facts, c, clip)]
                 if not before:
                     continue
