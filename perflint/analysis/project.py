@@ -650,6 +650,12 @@ class ProjectView:
         return self._ask(("launch", "option", name),
                          lambda: option_of_runs(self.index.root, self.path, name) or None)  # type: ignore[union-attr]
 
+    def has_module(self, name: str) -> bool:
+        """Whether a module or package `name` of the project is where this file's absolute imports look (its own `datasets/`)."""
+        return bool(self._ask(("hasmod", name), lambda: any(
+            f in self.index.all_files for b in self.index.search_bases(self.path)  # type: ignore[union-attr]
+            for f in (os.path.join(b, name + ".py"), os.path.join(b, name, "__init__.py"))) or None))
+
     def star_aliases(self) -> dict[str, str]:
         return self._ask(("stars",), lambda: self.index.star_aliases(self.path) or None) or {}  # type: ignore[union-attr]
 
@@ -778,7 +784,7 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "trainsin": view.file_of_trains, "attr-read": view.attribute_read_elsewhere,
                   "rejects": view.method_rejects, "launch": lambda *a: view.documented_option(*a[1:]) if a
                   else view.documented_on_one_gpu(),
-                  "anyset": view.sets_up_anywhere}.get(kind)
+                  "anyset": view.sets_up_anywhere, "hasmod": view.has_module}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

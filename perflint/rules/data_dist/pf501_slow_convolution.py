@@ -9,6 +9,7 @@ import libcst as cst
 
 from perflint.edits import code, parse_expr, remove_arg
 from perflint.analysis import Facts, get_arg, has_splat, literal_value
+from perflint.analysis.vocab import DATALOADER
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import insert_after_imports
 
@@ -66,10 +67,12 @@ _PIPELINE_WORDS = re.compile(
 def _in_data_pipeline(facts: Facts, call: cst.Call) -> bool:
     """A training-data file (imports torch, an audio or data library) or an audio/augmentation
     context (names of the enclosing function, class or arguments)."""
-    roots = {v.split(".", 1)[0] for v in facts.tree.imports.aliases.values()}
-    if roots & (_PIPELINE_ROOTS - {"torch"}):
+    aliases = facts.tree.imports.aliases.values()
+    roots = {v.split(".", 1)[0] for v in aliases}
+    if any(v.split(".", 1)[0] in _PIPELINE_ROOTS - {"torch"} and not _own_package(facts, v) for v in aliases):
         return True
-    if "torch" in roots and not (facts.kinds.module_classes and not facts.kinds.dataset_classes):
+    if "torch" in roots and not (facts.kinds.module_classes and not facts.kinds.dataset_classes) \
+            and not _plots_only(facts, roots):
         return True  # (a file of model layers and no dataset: numpy there builds a layer's constants)
     names = [code(a.value) for a in call.args[:2]]
     fn = facts.tree.enclosing_function(call)
@@ -79,6 +82,19 @@ def _in_data_pipeline(facts: Facts, call: cst.Call) -> bool:
     if cls is not None:
         names.append(cls.name.value)
     return any(_PIPELINE_WORDS.search(part) for n in names for part in re.split(r"\W+", n.lower()) if part)
+
+
+def _own_package(facts: Facts, full: str) -> bool:
+    """`full` (an import) names a module of the project, not the library of that name (a
+    repository's own `datasets/` package, not Hugging Face's)."""
+    return facts.project is not None and facts.project.has_module(full.split(".", 1)[0])
+
+
+def _plots_only(facts: Facts, roots: set[str]) -> bool:
+    """A script that plots (imports matplotlib) and neither defines a Dataset nor builds a
+    DataLoader: the curves it smooths are logs of a run, not training data (KPConv's
+    `plot_convergence.py`)."""
+    return "matplotlib" in roots and not facts.kinds.dataset_classes and not facts.tree.calls_to(DATALOADER)
 
 
 def _fftconvolve_name(facts: Facts) -> tuple[str, bool]:
@@ -116,7 +132,10 @@ class SlowConvolution(Rule):
     flagged: it already switches to FFT for long kernels. Only data-pipeline code is
     checked: files that import torchaudio, librosa, soundfile, audiomentations …, or torch
     (unless the file defines model layers and no dataset: there numpy builds a layer's
-    constants, such as multiwavelet filter coefficients, once), or
+    constants, such as multiwavelet filter coefficients, once; nor a script that plots with
+    matplotlib and neither defines a Dataset nor builds a DataLoader: KPConv's
+    `plot_convergence.py` smooths logged curves; a project's own `datasets/` package is not
+    Hugging Face's), or
     calls inside audio/augmentation code (`__getitem__`, `__call__`, a function, class or
     argument named after audio, waveforms, impulse responses, reverb, augmentation), so
     numerical code such as polynomial products stays quiet. Kernels that are provably short
