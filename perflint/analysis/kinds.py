@@ -474,3 +474,32 @@ class Kinds(Component):
         if isinstance(node, (cst.Integer, cst.Float)):
             return {Kind.NUMBER}
         return set()
+
+
+def _method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+    """The method `name` defined in the body of `cls`, or None."""
+    if not isinstance(cls.body, cst.IndentedBlock):
+        return None
+    return next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == name), None)
+
+
+def one_item_class(tree, cls: cst.ClassDef) -> bool:
+    """A Dataset class whose `__len__` only returns the literal 1: an epoch is one sample
+    (siren's single-image and single-source datasets), so worker processes have nothing
+    to load ahead of the step."""
+    fn = _method(cls, "__len__")
+    if fn is None:
+        return False
+    returns = tree.nodes_within(fn, cst.Return)
+    return bool(returns) and all(r.value is not None and literal_value(r.value) == 1
+                                 and not isinstance(literal_value(r.value), bool) for r in returns)
+
+def counts_items(tree, cls: cst.ClassDef) -> bool:
+    """A Dataset class whose `__getitem__` advances state of its own (`self.counter += 1`,
+    a curriculum over the items drawn): in worker processes each copy would count apart
+    and the main process would never see the count move."""
+    fn = _method(cls, "__getitem__")
+    if fn is None:
+        return False
+    return any(isinstance(n.target, cst.Attribute) and isinstance(n.target.value, cst.Name)
+               and n.target.value.value == "self" for n in tree.nodes_within(fn, cst.AugAssign))

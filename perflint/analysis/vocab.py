@@ -42,6 +42,8 @@ class Kind(StrEnum):
     CHEAP_SAMPLES = "cheap_samples"  # in-memory or memory-mapped samples
     DEVICE_SAMPLES = "device_samples"  # samples already on a device
     SHARED_FILE = "shared_file"  # one open file seeked per item
+    ONE_ITEM = "one_item"  # `__len__` returns 1: one sample an epoch
+    COUNTED_ITEMS = "counted_items"  # `__getitem__` advances a counter of its own (`self.step += 1`)
     PAD_COLLATE = "pad_collate"  # a collate function that only pads
     ITERABLE_DATASET = "iterable_dataset"
     # Suggested by a naming convention alone.

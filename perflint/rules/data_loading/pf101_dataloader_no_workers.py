@@ -10,7 +10,7 @@ import libcst as cst
 from perflint.edits import add_arg, make_kwarg, parse_expr, parse_stmt, replace_arg_value
 from perflint.analysis import NOT_LITERAL, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.analysis.configfiles import from_config_file
-from perflint.analysis.kinds import cheap_call
+from perflint.analysis.kinds import cheap_call, counts_items, one_item_class
 from perflint.names import dotted
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import local_function
@@ -218,6 +218,18 @@ def _imports_transformers(facts: Facts) -> bool:
 _WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "multiprocessing_context", "worker_init_fn")
 
 
+def _one_item_or_counted(facts: Facts, dataset: cst.BaseExpression | None) -> bool:
+    """The loader's Dataset class (of this file or the project) returns 1 from `__len__`, or
+    advances a counter of its own in `__getitem__` (`Kind.ONE_ITEM`, `Kind.COUNTED_ITEMS`)."""
+    node = resolved(facts, dataset) if dataset is not None else None
+    if not isinstance(node, cst.Call):
+        return False
+    cls = facts.tree.classes_by_name.get(node.func.value) if isinstance(node.func, cst.Name) else None
+    if cls is not None:
+        return one_item_class(facts.tree, cls) or counts_items(facts.tree, cls)
+    return bool({Kind.ONE_ITEM, Kind.COUNTED_ITEMS} & facts.cross.project_class_kinds(node.func))
+
+
 def _documented_with_workers(facts: Facts, value: cst.BaseExpression) -> bool:
     """`num_workers=args.workers` where `workers` is this script's own argparse option and
     every documented run of the script (README/Markdown command lines, shell scripts) passes
@@ -311,6 +323,10 @@ class DataLoaderNoWorkers(Rule):
     script's own argparse option and every documented run of the script passes it a number
     of workers (`python tutorial_train.py --dataloader_num_workers=4` in the README, read as
     PF503 reads `CUDA_VISIBLE_DEVICES`; one run without it keeps the finding; IP-Adapter).
+    Nor for a Dataset class (of the file or the project) whose `__len__` returns 1 (an epoch
+    is one sample: nothing for workers to load ahead; siren's single-image datasets) or
+    whose `__getitem__` advances a counter of its own (`self.counter += 1` driving a
+    curriculum: each worker's copy would count apart, and the run would change).
     Not reported for a loader that
     feeds no training pass and no repeated evaluation: one batch read once
     (`next(iter(DataLoader(ds, batch_size=len(ds))))`, a loop that ends in `break`), one pass
@@ -390,6 +406,8 @@ class DataLoaderNoWorkers(Rule):
                 continue  # in-memory, memory-mapped or tokenised samples: workers only add copies
             if not per_sample_work(facts, opts):
                 continue  # nothing shows work per sample (an unknown dataset: stay silent)
+            if _one_item_or_counted(facts, opts.get("dataset")):
+                continue  # one sample an epoch, or a `self.counter += 1` per item that workers would split
             if why and any(k in opts for k in _WORKER_ONLY_OPTIONS):
                 # `num_workers=args.workers` with `persistent_workers=True`/`prefetch_factor`:
                 # the author runs with workers; what the default 0 breaks is PF104's finding.
