@@ -23,7 +23,9 @@ _TEST_FOLDERS = {"tests", "test", "testing"}
 
 def is_test_file(path: Path, source: bytes | None = None, root: str | None = None) -> bool:
     """A test module: named as pytest collects them (`test_*.py`, `*_test.py`) and looking
-    like one, a conftest.py, or any module in a `tests/` folder (the suite's helpers).
+    like one, a conftest.py, any module in a `tests/` folder (the suite's helpers), or a
+    module named with `test` elsewhere in its name that imports pytest or unittest, defines
+    tests and does not run as a script (`old_test_datasets.py`).
 
     The name alone is not enough (`train_test.py` is often a training script): the file must
     also sit in a `tests/` folder, import pytest or unittest, or define `test_*` functions
@@ -47,13 +49,25 @@ def is_test_file(path: Path, source: bytes | None = None, root: str | None = Non
         # A helper module of a test suite (`tests/utils.py`: fixtures, tiny fake loaders),
         # in a `tests/` folder of the project (not one the project sits in); a singular
         # `test/` folder often holds a project's evaluation scripts instead.
-        return below_root is not None and "tests" in below_root.parts
+        if below_root is not None and "tests" in below_root.parts:
+            return True
+        # A test module under another name (`old_test_datasets.py`, kept out of pytest's
+        # collection): it imports pytest or unittest, defines tests, and is no script.
+        return "test" in name and _defines_tests(path, source, need_import=True)
     if any(part in _TEST_FOLDERS for part in folder.parts):
         return True
+    return _defines_tests(path, source)
+
+
+def _defines_tests(path: Path, source: bytes | None, need_import: bool = False) -> bool:
+    """The source imports pytest or unittest, or (unless `need_import`) defines `test_*`
+    functions or `Test*` classes and does not run as a script."""
     if source is None:
         from perflint.analysis.project import read_regular
 
         source = read_regular(str(path)) or b""
+    if need_import:
+        return bool(_TEST_IMPORT.search(source) and _TEST_DEFS.search(source) and not _MAIN_GUARD.search(source))
     if _TEST_IMPORT.search(source):
         return True
     # `def test(...)` in a script run as `__main__` (`pmnist_test.py`: train() and test() per

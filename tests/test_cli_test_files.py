@@ -46,6 +46,12 @@ for x in loader:
         ("model_test.py", "import pytest\n\ndef test_a():\n    pass\n\nif __name__ == '__main__':\n    pytest.main()\n",
          True),
         ("train.py", "import pytest\n", False),
+        # A test module under a name pytest does not collect (a legacy suite's
+        # `old_test_datasets.py`): it imports pytest or unittest and defines tests.
+        ("old_test_datasets.py", "import pytest\n\nclass TestAll(TestCasePlus):\n    def test_a(self):\n        pass\n", True),
+        ("old_test_datasets.py", "import pytest\n\nclass TestAll:\n    pass\n\nif __name__ == '__main__':\n    main()\n", False),
+        ("test_utils_old.py", "def test_a():\n    pass\n", True),
+        ("latest_tests.py", "def test_a():\n    pass\n", False),
         ("testing_utils.py", "import pytest\n", False),
         ("latest.py", "", False),
         # The helpers of a test suite (fixtures, fake loaders), but not a `test/` folder of
