@@ -503,3 +503,12 @@ def counts_items(tree, cls: cst.ClassDef) -> bool:
         return False
     return any(isinstance(n.target, cst.Attribute) and isinstance(n.target.value, cst.Name)
                and n.target.value.value == "self" for n in tree.nodes_within(fn, cst.AugAssign))
+
+
+def draws_numpy_random(tree, cls: cst.ClassDef) -> bool:
+    """A Dataset class whose `__getitem__` draws from NumPy's global random state
+    (`np.random.rand(...)`, `np.random.choice(...)`): before torch 1.9 every DataLoader worker
+    starts from the same NumPy state, so the workers draw the same "random" samples."""
+    fn = _method(cls, "__getitem__")
+    return fn is not None and any((tree.qualname(c.func) or "").startswith("numpy.random.")
+                                  for c in tree.calls_within(fn))

@@ -33,7 +33,7 @@ from perflint.analysis.summary_types import CallRecord, ClassInfo, FunctionInfo,
 from perflint.analysis.devices import _device_string_kinds
 from perflint.analysis.syntax import (NOT_LITERAL, argparse_dest, call_name, get_arg, has_splat, is_main_guard,
                                       literal_value, patch_embedding)
-from perflint.analysis.kinds import counts_items, one_item_class
+from perflint.analysis.kinds import counts_items, draws_numpy_random, one_item_class
 from perflint.analysis.vocab import Kind, DATALOADER, _OPTION_ROOTS, loads_model
 from perflint.names import ImportTable, dotted
 
@@ -275,10 +275,9 @@ def _class_info(facts, cls: cst.ClassDef) -> ClassInfo:
             kinds.append(Kind.DEVICE_SAMPLES)  # its samples are on a device: nothing to pin (PF102/PF105)
         if facts.kinds.shares_a_file_offset(cls):
             kinds.append(Kind.SHARED_FILE)  # one open file seeked per item: not for forked workers (PF101)
-        if one_item_class(facts.tree, cls):
-            kinds.append(Kind.ONE_ITEM)  # one sample an epoch: nothing for workers to load ahead (PF101)
-        if counts_items(facts.tree, cls):
-            kinds.append(Kind.COUNTED_ITEMS)  # `self.counter += 1` per item: workers would count apart (PF101)
+        # PF101: one sample an epoch; a counter the workers would split; one NumPy state for every worker before 1.9.
+        kinds += [kind for test, kind in ((one_item_class, Kind.ONE_ITEM), (counts_items, Kind.COUNTED_ITEMS),
+                                          (draws_numpy_random, Kind.NUMPY_RANDOM)) if test(facts.tree, cls)]
         collate = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "collate_fn"),
                        None) if isinstance(cls.body, cst.IndentedBlock) else None
         if collate is not None and facts.kinds.pad_only_collate(collate):

@@ -44,6 +44,7 @@ class Kind(StrEnum):
     SHARED_FILE = "shared_file"  # one open file seeked per item
     ONE_ITEM = "one_item"  # `__len__` returns 1: one sample an epoch
     COUNTED_ITEMS = "counted_items"  # `__getitem__` advances a counter of its own (`self.step += 1`)
+    NUMPY_RANDOM = "numpy_random"  # `__getitem__` draws from NumPy's global random state
     PAD_COLLATE = "pad_collate"  # a collate function that only pads
     ITERABLE_DATASET = "iterable_dataset"
     # Suggested by a naming convention alone.

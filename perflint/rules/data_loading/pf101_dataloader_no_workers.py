@@ -10,7 +10,7 @@ import libcst as cst
 from perflint.edits import add_arg, make_kwarg, parse_expr, parse_stmt, replace_arg_value
 from perflint.analysis import NOT_LITERAL, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.analysis.configfiles import from_config_file
-from perflint.analysis.kinds import cheap_call, counts_items, one_item_class
+from perflint.analysis.kinds import cheap_call, counts_items, draws_numpy_random, one_item_class
 from perflint.names import dotted
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import local_function
@@ -221,13 +221,21 @@ _WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "multiprocessin
 def _one_item_or_counted(facts: Facts, dataset: cst.BaseExpression | None) -> bool:
     """The loader's Dataset class (of this file or the project) returns 1 from `__len__`, or
     advances a counter of its own in `__getitem__` (`Kind.ONE_ITEM`, `Kind.COUNTED_ITEMS`)."""
+    return _dataset_kind(facts, dataset, Kind.ONE_ITEM) or _dataset_kind(facts, dataset, Kind.COUNTED_ITEMS)
+
+
+_LOCAL_KIND_TESTS = {Kind.ONE_ITEM: one_item_class, Kind.COUNTED_ITEMS: counts_items, Kind.NUMPY_RANDOM: draws_numpy_random}
+
+
+def _dataset_kind(facts: Facts, dataset: cst.BaseExpression | None, kind: str) -> bool:
+    """Whether the loader's Dataset class, of this file or the project, has the trait `kind`."""
     node = resolved(facts, dataset) if dataset is not None else None
     if not isinstance(node, cst.Call):
         return False
     cls = facts.tree.classes_by_name.get(node.func.value) if isinstance(node.func, cst.Name) else None
     if cls is not None:
-        return one_item_class(facts.tree, cls) or counts_items(facts.tree, cls)
-    return bool({Kind.ONE_ITEM, Kind.COUNTED_ITEMS} & facts.cross.project_class_kinds(node.func))
+        return _LOCAL_KIND_TESTS[kind](facts.tree, cls)
+    return kind in facts.cross.project_class_kinds(node.func)
 
 
 def _documented_with_workers(facts: Facts, value: cst.BaseExpression) -> bool:
@@ -326,7 +334,11 @@ class DataLoaderNoWorkers(Rule):
     Nor for a Dataset class (of the file or the project) whose `__len__` returns 1 (an epoch
     is one sample: nothing for workers to load ahead; siren's single-image datasets) or
     whose `__getitem__` advances a counter of its own (`self.counter += 1` driving a
-    curriculum: each worker's copy would count apart, and the run would change).
+    curriculum: each worker's copy would count apart, and the run would change). For a
+    target torch before 1.9 and a Dataset whose `__getitem__` draws from NumPy's global
+    random state (`np.random.choice(...)`), the message adds a `worker_init_fn` that seeds
+    NumPy per worker and no fix is offered: before 1.9 every worker starts from the same
+    NumPy state and draws the same "random" samples (siren's `PointCloud` on torch 1.5).
     Not reported for a loader that
     feeds no training pass and no repeated evaluation: one batch read once
     (`next(iter(DataLoader(ds, batch_size=len(ds))))`, a loop that ends in `break`), one pass
@@ -416,12 +428,16 @@ class DataLoaderNoWorkers(Rule):
                 continue  # one batch, a final test, a sample every N steps: nothing to overlap
             arg = next((a for a in call.args if a.value is value), None) if value is not None else None
             what = why or ("`num_workers=0`" if value is not None else "no `num_workers`")
+            # Before torch 1.9 every worker starts from the same NumPy random state.
+            seeded = facts.target_torch < (1, 9) and _dataset_kind(facts, opts.get("dataset"), Kind.NUMPY_RANDOM)
             yield Violation(
                 arg if arg is not None else call,
                 f"DataLoader with {what} loads every batch in the training process; use worker "
                 "processes, e.g. `num_workers=min(8, os.cpu_count() or 1)` (an IterableDataset "
-                "must shard with get_worker_info(), or each worker repeats the data)",
-                self._fix(facts, call, arg) if not why else None,
+                "must shard with get_worker_info(), or each worker repeats the data)"
+                + (", with a `worker_init_fn` that seeds NumPy per worker (`np.random.seed(torch.initial_seed() "
+                   "% 2**32)`): before torch 1.9 every worker draws the same NumPy random numbers" if seeded else ""),
+                self._fix(facts, call, arg) if not why and not seeded else None,
             )
 
     def _fix(self, facts: Facts, call: cst.Call, arg: cst.Arg | None):
