@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cli_support import run
 from fixture_support import FIXTURES
-from perflint.analysis.launches import gpus_of_runs, option_of_runs
+from perflint.analysis.launches import gpus_of_runs, option_in_docs, option_of_runs
 
 
 def _project(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -86,3 +86,18 @@ def test_a_readme_run_without_the_workers_option_brings_the_finding_back(tmp_pat
     got = _readme_edit_reported(tmp_path, monkeypatch, "p51_documented_workers", "PF101",
                                 "\nOr in one process: `python train.py --data_json data.json`.\n")
     assert got == [["finetune.py"], ["finetune.py"], ["finetune.py", "train.py"]]
+
+
+def test_a_readme_run_that_passes_an_option_brings_back_the_branch_it_guards(tmp_path, monkeypatch):
+    """p52's `if args.n_gpu > 1:` branch is silent while `--n_gpu` keeps its default of 1; a
+    README command line that passes `--n_gpu 4` makes the next (warm) run report it."""
+    got = _readme_edit_reported(tmp_path, monkeypatch, "p52_options_from_the_entry_script", "PF503",
+                                "\nOn four GPUs: `python train.py --n_gpu 4`.\n")
+    assert got == [["match.py"] * 2, ["match.py"] * 2, ["match.py"] * 3]
+
+
+def test_an_option_is_found_on_any_documented_command_line(tmp_path):
+    root = _project(tmp_path, {"README.md": "    python run.py --use-multi-gpu --devices 0,1\n    python other.py --amp_x 1\n"})
+    assert option_in_docs(str(root), "use_multi_gpu")
+    assert option_in_docs(str(root), "devices")
+    assert not option_in_docs(str(root), "amp")

@@ -107,14 +107,26 @@ def gpus_of_runs(root: str, path: str) -> list[int]:
     return [0 if launched else int(one) for _, _, launched, one in _runs(root, path)]
 
 
+def _flag(name: str) -> re.Pattern:
+    """`--name` (also spelled with dashes) as a word of a command line, with its value."""
+    flags = "|".join(re.escape(f) for f in sorted({"--" + name, "--" + name.replace("_", "-")}))
+    return re.compile(rf"(?:^|\s)(?:{flags})(?:=|\s+|$)([^\s;&|]*)", re.M)
+
+
+def option_in_docs(root: str, name: str) -> bool:
+    """Whether any README/Markdown file or shell script of the project passes `--name` on a
+    command line (to any script): a run the documents describe may turn it on."""
+    given = _flag(name)
+    return any(given.search(text) for _, text in _texts(root))
+
+
 def option_of_runs(root: str, path: str, name: str) -> list[str | None]:
     """For each documented run of the script at `path`, the value it passes to the option
     whose argparse name is `name` (`--name 4`, `--name=4`, also spelled with dashes), or
     None where it passes none.  Only the words after the script's name on its line count."""
-    flags = "|".join(re.escape(f) for f in sorted({"--" + name, "--" + name.replace("_", "-")}))
-    given = re.compile(rf"(?:^|\s)(?:{flags})(?:=|\s+)([^\s;&|]+)")
+    given = _flag(name)
     out: list[str | None] = []
     for line, end, _, _ in _runs(root, path):
         m = given.search(line[end:])
-        out.append(m.group(1).strip("\"'") if m else None)
+        out.append(m.group(1).strip("\"'") or None if m else None)
     return out

@@ -31,7 +31,7 @@ import stat
 from pathlib import Path
 
 from perflint.analysis.callers import CallerFacts, only_while_building, reached
-from perflint.analysis.launches import gpus_of_runs, option_of_runs
+from perflint.analysis.launches import gpus_of_runs, option_in_docs, option_of_runs
 from perflint.analysis.modules import MAX_DEPTH, ModuleResolver
 from perflint.analysis.optiondefaults import caller_defaults, import_edges
 from perflint.analysis.vocab import Kind
@@ -641,14 +641,14 @@ class ProjectView:
         def compute():
             runs = gpus_of_runs(self.index.root, self.path)  # type: ignore[union-attr]
             return bool(runs) and all(runs) or None
-
         return bool(self._ask(("launch",), compute))
 
-    def documented_option(self, name: str) -> list | None:
+    def documented_option(self, name: str, anywhere: bool = False) -> list | bool | None:
         """The value each documented run of this script passes to its option `name` (None: it
-        passes none), or None when no document runs it (`analysis.launches`)."""
-        return self._ask(("launch", "option", name),
-                         lambda: option_of_runs(self.index.root, self.path, name) or None)  # type: ignore[union-attr]
+        passes none), or None when no document runs it; `anywhere`: whether any document
+        passes `--name` to any script (`analysis.launches`)."""
+        return self._ask(("launch", "option", name, *((True,) if anywhere else ())), lambda: (  # type: ignore[union-attr]
+            option_in_docs(self.index.root, name) if anywhere else option_of_runs(self.index.root, self.path, name)) or None)
 
     def has_module(self, name: str) -> bool:
         """Whether a module or package `name` of the project is where this file's absolute imports look (its own `datasets/`)."""

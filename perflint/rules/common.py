@@ -614,7 +614,8 @@ def _truth(facts: Facts, test: cst.BaseExpression, depth: int = 0) -> bool | Non
 
 def _default_value(facts: Facts, expr: cst.BaseExpression, depth: int = 0):
     """The value of `expr` with every option at its default: a literal, an option
-    (`args.n_gpu`, through `facts.cross.option_default`) the file never assigns, a name bound
+    (`args.n_gpu`, through `facts.cross.option_default`) whose default is not None, that the
+    file never assigns and no documented command line passes (`--n_gpu 4`), a name bound
     once to such a value, `<str>.split(sep)`, `len(...)` of those, one comparison of such
     values; else `_UNKNOWN`."""
     if depth > 8:
@@ -626,7 +627,12 @@ def _default_value(facts: Facts, expr: cst.BaseExpression, depth: int = 0):
         if _assigned_in_file(facts, expr.attr.value):
             return _UNKNOWN  # `args.n_gpu = torch.cuda.device_count()`: not the default any more
         found, default = facts.cross.option_default(expr, callers=True)
-        return default if found else _UNKNOWN
+        if not found or default is None:
+            return _UNKNOWN  # `use_amp: bool = None`: a field the run's config sets, not a default
+        name = expr.attr.value
+        if facts.project is not None and facts.project.documented_option(name, anywhere=True):
+            return _UNKNOWN  # a documented command line passes `--use_multi_gpu`: some run turns it on
+        return default
     if isinstance(expr, cst.Name):
         bs = facts.bindings.lookup(expr.value, expr)
         if len(bs) == 1 and bs[0].how == "expr" and bs[0].node is not None:

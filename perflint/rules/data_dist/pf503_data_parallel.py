@@ -80,8 +80,9 @@ class DataParallel(Rule):
     `store_true` flag, `nb_gpus = len(args.gpu.split(','))` … `if nb_gpus > 1:` with
     `default='0'`, voxelmorph; the option's default read in the file, a project module it
     imports, else the scripts that import it and pass `args` on (TransUNet's `trainer.py`,
-    whose `train.py` parses `--n_gpu` with default 1), and not when the file assigns the
-    option: `args.n_gpu = torch.cuda.device_count()`), nor for a
+    whose `train.py` parses `--n_gpu` with default 1); not when the file assigns the option
+    (`args.n_gpu = torch.cuda.device_count()`), when its default is None (a field the run's
+    config sets), or when a documented command line passes it (`--n_gpu 4`)), nor for a
     wrapper every later use of which sits under a throttle in a loop (`sampler =
     nn.DataParallel(sampler)` called only `if step % args.sample_step == 0:`), nor for one
     unwrapped before any forward (`net = nn.DataParallel(net)`, `net.load_state_dict(...)`,

@@ -78,7 +78,9 @@ class ClipWithoutUnscale(Rule):
     `--amp` off by default, or `if args.clip > 0:` with a default of 0, the defaults read in
     the file, the project modules it imports, else the scripts that import it and pass
     `args` on (TorchSSL's `models/freematch/freematch.py`, whose entry script parses
-    `--amp` with default False and whose documented runs pass `--amp False`). The bug is
+    `--amp` with default False and whose documented runs pass `--amp False`); not for an
+    option no default settles (None, a field the run's config sets) or that a documented
+    command line passes (`--amp`). The bug is
     still there for a run that turns both on; the documented runs never reach it.
 
     ## References
