@@ -652,9 +652,9 @@ class ProjectView:
 
     def has_module(self, name: str) -> bool:
         """Whether a module or package `name` of the project is where this file's absolute imports look (its own `datasets/`)."""
-        return bool(self._ask(("hasmod", name), lambda: any(
-            f in self.index.all_files for b in self.index.search_bases(self.path)  # type: ignore[union-attr]
-            for f in (os.path.join(b, name + ".py"), os.path.join(b, name, "__init__.py"))) or None))
+        return bool(self._ask(("hasmod", name), lambda: any(  # a module, a package, or a folder of modules
+            f == os.path.join(b, name + ".py") or f.startswith(os.path.join(b, name, ""))
+            for b in self.index.search_bases(self.path) for f in self.index.all_files) or None))  # type: ignore[union-attr]
 
     def star_aliases(self) -> dict[str, str]:
         return self._ask(("stars",), lambda: self.index.star_aliases(self.path) or None) or {}  # type: ignore[union-attr]
