@@ -26,21 +26,22 @@ def import_edges(index):
                 yield other, w[0], w[1].split(".", 1)[0]
 
 
-def importers_of(index) -> dict[str, set[str]]:
-    """Each project file → the project files that import it."""
-    got = index._memo.get("importers")
+def edges_by_target(index, part: int) -> dict[str, set[str]]:
+    """Each imported project file → its importers (`part` 0) or the names imported from it
+    (`part` 2) over `import_edges`, built once per index."""
+    got = index._memo.get(("edges", part))
     if got is None:
         got = {}
-        for other, target, _ in import_edges(index):
-            got.setdefault(target, set()).add(other)
-        index._memo["importers"] = got
+        for edge in import_edges(index):
+            got.setdefault(edge[1], set()).add(edge[part])
+        index._memo[("edges", part)] = got
     return got
 
 
 def caller_defaults(index, path: str, name: str) -> list:
     """The defaults of option `name` in the project modules that import `path`, directly
     or through other importers (the nearest level that has any)."""
-    up = importers_of(index)
+    up = edges_by_target(index, 0)
     seen, frontier = {path}, [path]
     for _ in range(MAX_DEPTH):
         nxt = sorted({p for f in frontier for p in up.get(f, ()) if p not in seen})

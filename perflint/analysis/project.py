@@ -33,7 +33,7 @@ from pathlib import Path
 from perflint.analysis.callers import CallerFacts, only_while_building, reached
 from perflint.analysis.launches import gpus_of_runs, option_in_docs, option_of_runs
 from perflint.analysis.modules import MAX_DEPTH, ModuleResolver
-from perflint.analysis.optiondefaults import caller_defaults, import_edges
+from perflint.analysis.optiondefaults import caller_defaults, edges_by_target
 from perflint.analysis.vocab import Kind
 from perflint.analysis.summary_types import SCALER_WORDS, rejects_keyword, rejects_non_blocking, unpinnable
 
@@ -459,13 +459,7 @@ class ProjectIndex:
     def _import_uses(self) -> dict[str, set[str]]:
         """Each project file another file imports → the names imported from it ("" for the
         module itself, an `import` of it or a star import)."""
-        got = self._memo.get("import_uses")
-        if got is None:
-            got = {}
-            for _, target, name in import_edges(self):
-                got.setdefault(target, set()).add(name)
-            self._memo["import_uses"] = got
-        return got
+        return edges_by_target(self, 2)
 
     def unsummarised_texts(self) -> list[str] | None:
         """What `never_used` reads besides the summaries: the Python files with no summary,
