@@ -77,7 +77,7 @@ class DataParallel(Rule):
     has the DDP path), nor under `if flag:` with `flag` bound only to False, nor in a branch
     that a run with every option at its default does not take (`if args.n_gpu > 1:` with
     `add_argument('--n_gpu', default=1)`, `if args.use_multi_gpu and args.use_gpu:` with a
-    `store_true` flag, `nb_gpus = len(args.gpu.split(','))` … `if nb_gpus > 1:` with
+    `store_true` flag declared with `default=False`, `nb_gpus = len(args.gpu.split(','))` … `if nb_gpus > 1:` with
     `default='0'`; the option's default read in the file, a project module it
     imports, else the scripts that import it and pass `args` on (TransUNet's `trainer.py`,
     whose `train.py` parses `--n_gpu` with default 1); not when the file assigns the option
