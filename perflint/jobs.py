@@ -31,8 +31,9 @@ class Job:
     root: str | None = None
     summarise: bool = False
     # A first pass of a project run: whether the process may keep the parsed tree for the
-    # second ("always": a fix run fixes every file next; "asked": a check re-checks only a
-    # file that asked its project something; "": no second pass).
+    # second ("always"; "fixes": a fix run's first lint that found something the run fixes,
+    # kept with its analysis for the fix job; "asked": a check re-checks only a file that
+    # asked its project something; "": no second pass).
     keep: str = ""
     # The file is the only Python file of its project: its own summary answers every question
     # it asks the project, so its first pass is also its last (`engine._first_pass`).
@@ -68,8 +69,18 @@ def run_job(job: Job) -> FileResult:
     trees = current_trees()
     if trees is not None and trees.budget:
         result.kept = trees.end_job(job.path, not result.errors and (
-            job.keep == "always" or (job.keep == "asked" and bool(result.questions))), analysis=job.keep == "always")
+            job.keep == "always" or (job.keep == "asked" and bool(result.questions))
+            or (job.keep == "fixes" and has_fixes(result, job.unsafe, job.fixable))), analysis=job.keep == "fixes")
     return result
+
+
+def has_fixes(result: FileResult, unsafe: bool, fixable: frozenset[str] | None) -> bool:
+    """Whether `fix` would change something for these findings: one carries a fix that the
+    run applies (safe, or unsafe with --unsafe-fixes) for a code the configuration lets it
+    fix (`fixable`; None: every code)."""
+    from perflint.report.counts import is_fixable
+
+    return any(is_fixable(d, unsafe) and (fixable is None or d.code in fixable) for d in result.diagnostics)
 
 
 def _run_job(job: Job) -> FileResult:

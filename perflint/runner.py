@@ -18,7 +18,7 @@ from perflint.config import Resolver, Settings
 from perflint.diagnostics import ErrorKind, FileError, FileResult
 from perflint.discovery import discover
 from perflint.engine import LintOptions
-from perflint.jobs import Job, default_workers, run_job, run_jobs
+from perflint.jobs import Job, default_workers, has_fixes, run_job, run_jobs
 from perflint.projectrun import ProjectPhase
 from perflint.options import options_for
 from perflint.selection import fixable_codes
@@ -156,7 +156,9 @@ def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: 
     first: dict[str, FileResult] = {}
     phase1 = proj.first_jobs()
     for j in phase1:
-        j.keep = "always" if fix else "asked"
+        j.keep = "fixes" if fix else "asked"
+        if fix:  # what the run would fix decides whether the worker keeps the tree for it
+            j.unsafe, j.fixable = f.unsafe_for[j.path], fixable_codes(f.settings_for[j.path])
     if not fix:
         # The other files go along in the same pool (a plain lint each: most are skipped by
         # the prefilter), unless the result cache may answer them once the project is known.
@@ -181,7 +183,7 @@ def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: 
         reuse = False
         if key in first:
             r = first[key]
-            if fix and (r.errors or _has_fixes(r, f.unsafe_for[key], f.settings_for[key])):
+            if fix and (r.errors or has_fixes(r, f.unsafe_for[key], fixable_codes(f.settings_for[key]))):
                 # The fix job below; its first pass is this lint where the project answers
                 # as the lint assumed and the worker kept the analysis.
                 reuse = r.kept and not r.errors and not proj.relevant(key, r.questions, r.answers)
@@ -235,15 +237,6 @@ def _run_phases(outcome: RunOutcome, f: _Files, paths: list[str], *, use_cache: 
     outcome.results = [results[k] for k in f.order if k in results]
     _drop_unfixable(outcome.results, f.settings_for)
     return outcome
-
-
-def _has_fixes(r: FileResult, unsafe: bool, settings: Settings) -> bool:
-    """Whether `fix` would change something for these findings: one carries a fix that the
-    run applies (safe, or unsafe with --unsafe-fixes) for a code the configuration lets it fix."""
-    from perflint.report.counts import is_fixable
-
-    allowed = fixable_codes(settings)
-    return any(is_fixable(d, unsafe) and (allowed is None or d.code in allowed) for d in r.diagnostics)
 
 
 def _as_fix_result(r: FileResult, raw: bytes, options) -> None:

@@ -173,7 +173,7 @@ def test_a_fix_run_that_takes_its_first_lints_writes_what_fixing_from_scratch_wr
     n_taken = len(analyses)
     analyses.clear()
     monkeypatch.setattr(TreeStore, "take_analysis", lambda self, path, text: None)
-    monkeypatch.setattr("perflint.runner._has_fixes", lambda r, unsafe, settings: True)
+    monkeypatch.setattr("perflint.runner.has_fixes", lambda r, unsafe, fixable: True)
     fresh = run(*args)
     assert (taken.stdout, taken.stderr, taken.exit_code) == (fresh.stdout, fresh.stderr, fresh.exit_code)
     assert n_taken <= len(analyses)  # fewer wherever a file has nothing to fix (the benchmark test above)
