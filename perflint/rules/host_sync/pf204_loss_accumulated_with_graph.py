@@ -9,7 +9,7 @@ import libcst as cst
 from perflint.analysis import Facts, call_name, iter_nodes
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.host_sync.helpers import inner_chain
-from perflint.analysis.vocab import Kind
+from perflint.analysis.vocab import Kind, LOSS_FUNCTIONS
 
 
 _LOGGING_CONSUMERS = {"print", "float", "int", "str", "round", "format", "len", "repr", "abs", "max", "min"}
@@ -52,7 +52,11 @@ class LossAccumulatedWithGraph(Rule):
     cannot follow (stored on an object, passed to other functions). Not reported when the
     accumulator is backpropagated (`total.backward()` raises "element 0 of tensors does not
     require grad" after a detach) or returned to callers who could backpropagate, nor
-    inside `no_grad`/`inference_mode`, where there is no graph. The sum is followed through
+    inside `no_grad`/`inference_mode`, where there is no graph, nor for a loss that a torch
+    loss without parameters (a functional loss, a `torch.nn.*Loss` module other than
+    `AdaptiveLogSoftmaxWithLoss`) computes from a prediction made under `no_grad` (`with
+    torch.no_grad(): pred = model(x)`, then `loss = criterion(pred, y)` after the block:
+    End-to-end-ASR-Pytorch's validation), which has no graph either. The sum is followed through
     any assignment (tuple unpacking, containers, arithmetic) to `.backward()`,
     `torch.autograd.grad`, `scaler.scale`, `accelerator.backward`, `manual_backward` or a
     callable scaler given an optimizer: a sum that reaches one of them is never reported,
@@ -180,7 +184,7 @@ class LossAccumulatedWithGraph(Rule):
         ks = facts.kinds.of(value)
         if Kind.DETACHED in ks or Kind.NUMBER in ks:
             return False
-        if facts.grad.computed_without_grad(value):
+        if facts.grad.computed_without_grad(value) or _loss_of_values_without_grad(facts, value):
             return False
         for c in inner_chain(value):
             if call_name(c) in _DETACHING:
@@ -208,6 +212,51 @@ class LossAccumulatedWithGraph(Rule):
 
 
 _DETACHING = ("detach", "item", "cpu", "tolist", "numpy", "detach_")
+# torch's loss modules with parameters of their own: their loss has a graph whatever its inputs.
+_LOSSES_WITH_PARAMETERS = frozenset({"torch.nn.AdaptiveLogSoftmaxWithLoss"})
+_GRAPH_KINDS = frozenset({Kind.OUTPUT, Kind.LOSS, Kind.PARAMETER, Kind.MODEL})
+
+
+def _loss_of_values_without_grad(facts: Facts, value: cst.BaseExpression, depth: int = 0) -> bool:
+    """`value` is (a name bound only to) a torch loss without parameters — a functional loss,
+    or a `torch.nn.*Loss` module — applied to a prediction computed with autograd off and to
+    nothing else that may carry a graph: `with torch.no_grad(): pred = model(x)`, then
+    `loss = criterion(pred, y)` (End-to-end-ASR-Pytorch's validation). The loss holds no
+    graph."""
+    if isinstance(value, cst.Name) and depth < 3:
+        bs = facts.bindings.lookup(value.value, value)
+        return bool(bs) and all(b.how == "expr" and b.node is not None
+                                and _loss_of_values_without_grad(facts, b.node, depth + 1) for b in bs)
+    if not isinstance(value, cst.Call) or not _parameter_free_loss(facts, value.func):
+        return False
+    args = [a for a in value.args if a.star == ""]
+    if len(args) != len(value.args) or not args or args[0].keyword is not None \
+            or not facts.grad.computed_without_grad(args[0].value):
+        return False
+    return all(facts.grad.computed_without_grad(a.value) or not facts.kinds.of(a.value) & _GRAPH_KINDS
+               for a in args[1:])
+
+
+def _parameter_free_loss(facts: Facts, func: cst.BaseExpression) -> bool:
+    q = facts.tree.qualname(func)
+    if q is not None:
+        return q.startswith("torch.nn.functional.") and q.rsplit(".", 1)[-1] in LOSS_FUNCTIONS
+    if isinstance(func, cst.Attribute):
+        bs = facts.bindings.self_attr_bindings(func)
+    elif isinstance(func, cst.Name):
+        bs = facts.bindings.lookup(func.value, func)
+    else:
+        return False
+    if not bs:
+        return False
+    for b in bs:
+        if b.how != "expr" or not isinstance(b.node, cst.Call):
+            return False
+        cls = facts.tree.qualname(b.node.func) or ""
+        if not (cls.startswith("torch.nn.") and cls.endswith("Loss") and cls.count(".") == 2) \
+                or cls in _LOSSES_WITH_PARAMETERS:
+            return False
+    return True
 
 
 def _taken_apart(facts: Facts, name: cst.Name) -> bool:
