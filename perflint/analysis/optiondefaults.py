@@ -4,9 +4,17 @@ on (TorchSSL's `freematch.py` parses `--amp`, default False, and hands `args` to
 `models/freematch/freematch.py`).  Read from the module summaries' `defaults` (argparse,
 dataclass fields, config literals): the project's modules that import the module, and the
 modules that import those, up to `MAX_DEPTH` levels.  Only the rules that ask whether a
-branch runs with every option at its default use it (`rules.common.off_by_default`)."""
+branch runs with every option at its default use it (`rules.common.off_by_default`).
+
+The import edges also tell `ProjectIndex.never_used` which names a file's importers take
+(`imported_unused`: a name imported and then named nowhere else in the importer's code)."""
 
 from __future__ import annotations
+
+import io
+import os
+import re
+import tokenize
 
 from perflint.analysis.modules import MAX_DEPTH
 
@@ -52,3 +60,35 @@ def caller_defaults(index, path: str, name: str) -> list:
             return values
         frontier = nxt
     return []
+
+
+def imported_unused(index, path: str, name: str) -> bool:
+    """Every project file that imports `name` from `path` names it nowhere else, not even in
+    a string: `from infill_util import refine, refine_v1` with `refine_v1` then named only in
+    a call left commented out (Diffusion-LM's `infill.py`).  Not when an importer is a
+    package's `__init__.py` (a name it imports is what the package offers) or cannot be read."""
+    importers = [edge[0] for edge in import_edges(index) if edge[1] == path and edge[2] == name]
+    if not importers:
+        return False
+    for f in importers:
+        if os.path.basename(f) == "__init__.py" or _code_mentions(f, name) != 1:
+            return False
+    return True
+
+
+def _code_mentions(path: str, name: str) -> int:
+    """How often the file's code names `name` (comments left out; a string that holds the
+    word counts as a mention too), or -1 when the file cannot be read or tokenised."""
+    word = re.compile(r"(?<!\w)" + re.escape(name) + r"(?!\w)")
+    try:
+        with open(path, "rb") as fh:
+            tokens = list(tokenize.tokenize(io.BytesIO(fh.read()).readline))
+    except (OSError, SyntaxError, tokenize.TokenError):
+        return -1
+    n = 0
+    for tok in tokens:
+        if tok.type == tokenize.NAME and tok.string == name:
+            n += 1
+        elif tok.type not in (tokenize.NAME, tokenize.COMMENT) and word.search(tok.string):
+            n += 2  # a string (or f-string part) holding the name: it may be looked up by it
+    return n

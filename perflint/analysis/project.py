@@ -33,7 +33,7 @@ from pathlib import Path
 from perflint.analysis.callers import CallerFacts, only_while_building, reached
 from perflint.analysis.launches import gpus_of_runs, option_in_docs, option_of_runs
 from perflint.analysis.modules import MAX_DEPTH, ModuleResolver
-from perflint.analysis.optiondefaults import caller_defaults, edges_by_target
+from perflint.analysis.optiondefaults import caller_defaults, edges_by_target, imported_unused
 from perflint.analysis.vocab import Kind
 from perflint.analysis.summary_types import SCALER_WORDS, rejects_keyword, rejects_non_blocking, unpinnable
 
@@ -422,8 +422,9 @@ class ProjectIndex:
 
     def never_used(self, where: tuple[str, str]) -> bool:
         """Whether nothing in the project runs the top-level function `where`: its module is
-        imported by another file of the project, each time for other names (no import of the
-        module itself, no star import), it is not in the module's `__all__`, no call or other
+        imported by another file of the project, each time for other names or for names the
+        importer then names nowhere else (`imported_unused`; no import of the module itself,
+        no star import), it is not in the module's `__all__`, no call or other
         mention of it (`fn=train`) in any summarised file reaches it, and no other text reads
         it: a Python file with no summary (one that names no torch API) or a notebook that
         imports its module and names it, or the package's entry points (`setup.py`,
@@ -436,7 +437,7 @@ class ProjectIndex:
         if reached(self.callers, where):
             return False
         uses = self._import_uses().get(path)
-        if uses is None or name in uses or "" in uses:
+        if uses is None or "" in uses or name in uses and not imported_unused(self, path, name):
             return False
         texts = self.unsummarised_texts()
         if texts is None:
