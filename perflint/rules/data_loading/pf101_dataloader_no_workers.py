@@ -349,7 +349,9 @@ class DataLoaderNoWorkers(Rule):
     `evaluator.evaluate()`), or one built in a function run once of a script that trains
     nothing (no backward or optimizer step, no call into a project module that trains) and
     only iterated there or handed to the script's own or the project's functions (BasicSR's
-    FID scripts); `len(loader)` and `loader.__len__()` are not reads, nor are the uses of
+    FID scripts), or built the same way at the top level of such a script, afresh for each
+    setting it sweeps and read once each (siren's `test_neural_process.py`, one loader per
+    context sparsity); `len(loader)` and `loader.__len__()` are not reads, nor are the uses of
     the name after it is bound again (a notebook's `train_loader = from_arrays(...)` after
     the image loader was read once for features) or a function's own local of that name. A loader that is returned, stored or handed to unknown code may feed training and
     is still reported. A local name bound to 0 is the user's choice and left alone, and so is a literal 0

@@ -8,7 +8,7 @@ import libcst as cst
 
 from perflint.analysis import Facts, call_name, iter_nodes
 from perflint.analysis.syntax import is_main_guard
-from perflint.rules.common import param_for, runs_once, throttled_in_loop, trains_in
+from perflint.rules.common import param_for, runs_once, throttled_in_loop, trains_in, uses_of_bound_name
 from perflint.rules.data_loading.helpers import _OPAQUE, _lightning_eval_loader_method, _through_wrappers
 from perflint.rules.data_loading.oneoff import (
     binding_target,
@@ -221,6 +221,9 @@ def read_cheaply(facts: Facts, call: cst.Call) -> bool:
     if isinstance(scope, cst.FunctionDef) and script_trains_nothing(facts) and runs_once(facts, scope) \
             and stays_in_script(facts, call, scope):
         return True  # built in a one-off function of a script that trains nothing: an inference pass
+    if scope is facts.module and _module_runs_as_script(facts) and script_trains_nothing(facts) \
+            and stays_in_script(facts, call, scope) and _read_once_per_build(facts, call):
+        return True  # built afresh at the top level of such a script for each setting it sweeps, read once each
     if sites is None or not runs_once(facts, scope):
         return False
     if not sites:
@@ -233,6 +236,21 @@ def read_cheaply(facts: Facts, call: cst.Call) -> bool:
     if throttled_in_loop(facts, call, scope) is False:
         return False  # the loader itself is rebuilt on every iteration
     return all(_cheap_site(facts, s, scope) for s in sites)
+
+
+def _read_once_per_build(facts: Facts, call: cst.Call) -> bool:
+    """Every later use of the name the loader is bound to sits in no loop that does not also
+    build the loader: each loader built is read in one pass (siren's sweep over context
+    sparsities builds one per sparsity)."""
+    uses = uses_of_bound_name(facts, call, facts.module)
+    if not uses:
+        return False
+    for use in uses:
+        for anc in facts.tree.ancestors(use):
+            if isinstance(anc, (cst.For, cst.While, cst.CompFor)) and not facts.tree.is_inside(call, anc) \
+                    and not (isinstance(anc, cst.For) and facts.tree.is_inside(use, anc.iter)):
+                return False
+    return True
 
 
 def _module_runs_as_script(facts: Facts) -> bool:
