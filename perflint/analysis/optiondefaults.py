@@ -67,7 +67,12 @@ def imported_unused(index, path: str, name: str) -> bool:
     a string: `from infill_util import refine, refine_v1` with `refine_v1` then named only in
     a call left commented out (Diffusion-LM's `infill.py`).  Not when an importer is a
     package's `__init__.py` (a name it imports is what the package offers) or cannot be read."""
-    importers = [edge[0] for edge in import_edges(index) if edge[1] == path and edge[2] == name]
+    by_name = index._memo.get("importers_by_name")
+    if by_name is None:
+        by_name = index._memo["importers_by_name"] = {}
+        for edge in import_edges(index):
+            by_name.setdefault((edge[1], edge[2]), []).append(edge[0])
+    importers = by_name.get((path, name), [])
     if not importers:
         return False
     for f in importers:
