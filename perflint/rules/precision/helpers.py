@@ -252,5 +252,10 @@ def _opacus_poisson_batches(facts: Facts) -> bool:
 
 def grad_scaler_name(facts: Facts) -> str:
     """The GradScaler to name for the target torch: `torch.amp.GradScaler` exists from 2.3;
-    before it, `torch.cuda.amp.GradScaler` (from 1.6)."""
+    before it, `torch.cuda.amp.GradScaler` (from 1.6). A file that shards its model with
+    FSDP's `FullyShardedDataParallel` needs the shard-aware `ShardedGradScaler` (from 1.12)."""
+    if facts.target_torch >= (1, 12) and any(
+            (facts.tree.qualname(c.func) or "").startswith("torch.distributed.fsdp.")
+            and (facts.tree.qualname(c.func) or "").endswith(".FullyShardedDataParallel") for c in facts.tree.calls()):
+        return "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler"
     return "torch.amp.GradScaler" if facts.target_torch >= (2, 3) else "torch.cuda.amp.GradScaler"

@@ -108,7 +108,13 @@ class Fp16WithoutGradScaler(Rule):
     builds a GradScaler: OpenNMT-py's `Optimizer` and fairseq's `AMPOptimizer` own it and scale
     the loss there (OpenNMT-py builds it inside a function of a module its trainer reaches only
     through `import onmt.utils`). A wrapper's `backward` with no scaler anywhere in the project
-    is still reported.
+    is still reported. Silent for a float16 autocast that is one entry of a dict picked by an
+    option (`{"bf16": autocast(dtype=torch.bfloat16), "fp16": autocast(dtype=torch.float16)}
+    [args.mixed_precision]`, LlamaGen's trainer) unless the option's default picks it: the
+    run as documented takes another entry. In a file that shards its model with FSDP's
+    `FullyShardedDataParallel` (target torch 1.12 or newer), the message names FSDP's
+    shard-aware `ShardedGradScaler` (pytorch PR #76918), not the plain GradScaler; FSDP2's
+    `fully_shard` works with the plain one.
 
     ## References
     - PyTorch AMP documentation, "Gradient Scaling"
@@ -133,6 +139,8 @@ class Fp16WithoutGradScaler(Rule):
                 continue
             if autocast_dtype(facts, call) != "fp16":
                 continue
+            if _picked_by_option_elsewhere(facts, call):
+                continue  # `{"bf16": autocast(...bfloat16), "fp16": autocast(...float16)}[args.precision]`
             if _wrapper_backward(facts, call) and facts.project is not None and facts.project.sets_up_anywhere("scaler"):
                 continue  # `self.optim.backward(loss)`, and a GradScaler in the project: the wrapper scales (OpenNMT, fairseq)
             yield Violation(
@@ -149,6 +157,21 @@ class Fp16WithoutGradScaler(Rule):
         if not isinstance(stmt, cst.With):
             return False
         return any(facts.tree.is_inside(loop, stmt.body) for loop in facts.loops.training_loops())
+
+
+def _picked_by_option_elsewhere(facts: Facts, call: cst.Call) -> bool:
+    """`call` is the value of one entry of a dict literal indexed by an option (`{"bf16": …,
+    "fp16": autocast(dtype=torch.float16)}[args.mixed_precision]`: LlamaGen's trainer), and
+    the option's default does not pick that entry, or is not known: a run takes the entry
+    only when told to."""
+    entry = facts.tree.parent(call)
+    table = facts.tree.parent(entry) if isinstance(entry, cst.DictElement) and entry.value is call else None
+    index = facts.tree.parent(table) if isinstance(table, cst.Dict) else None
+    if not (isinstance(index, cst.Subscript) and index.value is table and len(index.slice) == 1
+            and isinstance(index.slice[0].slice, cst.Index)):
+        return False
+    found, default = facts.cross.option_default(index.slice[0].slice.value)
+    return not found or default != literal_value(entry.key)
 
 
 _WRAPPER = re.compile(r"optim|scaler|engine|(?:^|_)amp(?:_|$)", re.I)  # `amp` as a word, not in `sample`
