@@ -8,6 +8,7 @@ run), and retries, one at a time, the jobs of a worker that died.  Each job is
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -65,7 +66,18 @@ def run_job(job: Job) -> FileResult:
     """One job; a first pass (`job.keep`) keeps its tree (the run context's `trees`) when a second pass may
     need it: a fix run fixes every file, a check re-checks only files that asked the project
     something (`result.kept` says whether it was kept)."""
-    result = _run_job(job)
+    # A check job's analysis allocates millions of objects for a long file, and every full
+    # collection the collector starts meanwhile walks the whole tree again (nine of them for a
+    # 40,000-line file): the collector waits until the job ends. A fix job keeps it running:
+    # each of its passes leaves an analysis behind, which only the collector frees.
+    paused = not job.fix and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        result = _run_job(job)
+    finally:
+        if paused:
+            gc.enable()
     trees = current_trees()
     if trees is not None and trees.budget:
         result.kept = trees.end_job(job.path, not result.errors and (

@@ -38,12 +38,11 @@ def _training_spans(facts, scope) -> list | None:
         return memo[scope]
     memo[scope] = None
     nodes = []
-    for loop in facts.loops.training_loops():
-        if facts.tree.enclosing_function(loop) is scope:
-            outer = _whole_run(facts, loop, scope)
-            if outer is None:
-                return None  # one epoch's pass: the function may be called per epoch
-            nodes.append(outer)
+    for loop in _training_loops_of(facts, scope):
+        outer = _whole_run(facts, loop, scope)
+        if outer is None:
+            return None  # one epoch's pass: the function may be called per epoch
+        nodes.append(outer)
     for call in facts.tree.calls_within(scope or facts.module):
         if isinstance(call.func, cst.Name) and facts.tree.enclosing_function(call) is scope \
                 and _trains_whole_run(facts, call.func.value):
@@ -54,6 +53,19 @@ def _training_spans(facts, scope) -> list | None:
         spans.append(((facts.tree._range(n) or (0, 1 << 62))[1], frozenset(loops)))
     memo[scope] = spans
     return spans
+
+
+def _training_loops_of(facts, scope) -> list:
+    """The training loops whose enclosing function is `scope` (None: the module's code), in
+    the file's order. The loops are grouped once per file: asking every function of a long
+    file in turn would walk every loop for each one (a 40,000-line file's summary spent most
+    of its time there)."""
+    by_scope = facts.__dict__.get("_training_loops_by_scope")
+    if by_scope is None:
+        by_scope = facts.__dict__["_training_loops_by_scope"] = {}
+        for loop in facts.loops.training_loops():
+            by_scope.setdefault(facts.tree.enclosing_function(loop), []).append(loop)
+    return by_scope.get(scope, [])
 
 
 def _whole_run(facts, loop: cst.CSTNode, scope) -> cst.CSTNode | None:
@@ -77,8 +89,7 @@ def _trains_whole_run(facts, name: str) -> bool:
     memo = facts.__dict__.setdefault("_whole_run_memo", {})
     if name not in memo:
         fns = facts.tree.functions_by_name.get(name, [])
-        loops = [loop for loop in facts.loops.training_loops() if facts.tree.enclosing_function(loop) is fns[0]] \
-            if len(fns) == 1 and facts.tree.parent(fns[0]) is facts.module else []
+        loops = _training_loops_of(facts, fns[0]) if len(fns) == 1 and facts.tree.parent(fns[0]) is facts.module else []
         memo[name] = bool(loops) and all(_whole_run(facts, loop, fns[0]) is not None for loop in loops)
     return memo[name]
 

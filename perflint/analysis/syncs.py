@@ -102,8 +102,14 @@ class Syncs(Component):
     def _local_layer_syncs(self, call: cst.Call) -> bool:
         ref = self.cross.instance_class(call.func)
         cls = self.tree.classes_by_name.get(ref[1:]) if ref is not None and ref.startswith("#") else None
-        forward = next((m for m in self.tree.functions_by_name.get("forward", ())
-                        if cls is not None and self.tree.enclosing_class(m) is cls), None)
+        if cls is None:
+            return False
+        forwards = self.__dict__.get("_forward_of_class")
+        if forwards is None:  # each class's first `forward`, found once per file (not once per call)
+            forwards = self.__dict__["_forward_of_class"] = {}
+            for m in self.tree.functions_by_name.get("forward", ()):
+                forwards.setdefault(self.tree.enclosing_class(m), m)
+        forward = forwards.get(cls)
         return forward is not None and self.function_syncs(forward)
 
     def forward_layers(self, fn: cst.FunctionDef) -> list[str]:
