@@ -250,12 +250,21 @@ def _opacus_poisson_batches(facts: Facts) -> bool:
     return bool(calls) and (not fixed or any(call_name(c) == "BatchMemoryManager" for c in calls))
 
 
+def _shards_with_fsdp(facts: Facts) -> bool:
+    """The file wraps a model in FSDP's `FullyShardedDataParallel` (asked once per file: a
+    message per finding names the scaler)."""
+    got = facts.__dict__.get("_shards_with_fsdp")
+    if got is None:
+        got = facts.__dict__["_shards_with_fsdp"] = any(
+            (q := facts.tree.qualname(c.func) or "").startswith("torch.distributed.fsdp.")
+            and q.endswith(".FullyShardedDataParallel") for c in facts.tree.calls())
+    return got
+
+
 def grad_scaler_name(facts: Facts) -> str:
     """The GradScaler to name for the target torch: `torch.amp.GradScaler` exists from 2.3;
     before it, `torch.cuda.amp.GradScaler` (from 1.6). A file that shards its model with
     FSDP's `FullyShardedDataParallel` needs the shard-aware `ShardedGradScaler` (from 1.12)."""
-    if facts.target_torch >= (1, 12) and any(
-            (facts.tree.qualname(c.func) or "").startswith("torch.distributed.fsdp.")
-            and (facts.tree.qualname(c.func) or "").endswith(".FullyShardedDataParallel") for c in facts.tree.calls()):
+    if facts.target_torch >= (1, 12) and _shards_with_fsdp(facts):
         return "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler"
     return "torch.amp.GradScaler" if facts.target_torch >= (2, 3) else "torch.cuda.amp.GradScaler"

@@ -218,10 +218,14 @@ class ModelNotCompiled(Rule):
             i += 1
         anchor = body[i]
         setup = body[where[1]:i + 1]
-        for call in facts.tree.calls():
-            if call_name(call) in _CHECKPOINT_METHODS or facts.tree.qualname(call.func) == "torch.save":
-                if not any(facts.tree.is_inside(call, st) for st in setup):
-                    return None  # checkpoints: their keys would change (any receiver: helpers take the model as an argument)
+        saves = facts.__dict__.get("_pf410_saves")
+        if saves is None:  # found once per file, not once per model
+            saves = facts.__dict__["_pf410_saves"] = [
+                call for call in facts.tree.calls()
+                if call_name(call) in _CHECKPOINT_METHODS or facts.tree.qualname(call.func) == "torch.save"]
+        for call in saves:
+            if not any(facts.tree.is_inside(call, st) for st in setup):
+                return None  # checkpoints: their keys would change (any receiver: helpers take the model as an argument)
         # A name used before the insertion point but bound elsewhere is fine; the same name
         # rebound later (a DDP wrap) keeps the compiled module inside.
         new = cst.parse_statement(f"{name} = {tn}.compile({name})\n")
