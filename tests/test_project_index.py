@@ -37,3 +37,21 @@ def test_the_search_stops_at_the_project_root(tmp_path):
     bases = idx.search_bases(os.path.join(str(inner.absolute()), "a/b/c.py"))
     assert all(b == str(inner.absolute()) or b.startswith(str(inner.absolute()) + os.sep) for b in bases)
     assert os.path.join(str(inner.absolute()), "a") in bases
+
+
+def test_code_mentions_counts_code_not_comments_and_refuses_aliases(tmp_path):
+    from perflint.analysis.optiondefaults import _code_mentions
+
+    only_comment = tmp_path / "infill.py"
+    only_comment.write_text("from infill_util import refine, refine_v1\n# refine_v1(model)\nrefine(model)\n")
+    assert _code_mentions(str(only_comment), "refine_v1") == 1
+    assert _code_mentions(str(only_comment), "refine") == 2
+    in_string = tmp_path / "export.py"
+    in_string.write_text('from infill_util import refine_v2\n__all__ = ["refine_v2"]\n')
+    assert _code_mentions(str(in_string), "refine_v2") == 3
+    aliased = tmp_path / "tune.py"
+    aliased.write_text("from infill_util import refine_v3 as fit\nfit(model)\n")
+    assert _code_mentions(str(aliased), "refine_v3") == -1
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n    '''\n")
+    assert _code_mentions(str(broken), "f") == -1

@@ -66,7 +66,9 @@ def imported_unused(index, path: str, name: str) -> bool:
     """Every project file that imports `name` from `path` names it nowhere else, not even in
     a string: `from infill_util import refine, refine_v1` with `refine_v1` then named only in
     a call left commented out (Diffusion-LM's `infill.py`).  Not when an importer is a
-    package's `__init__.py` (a name it imports is what the package offers) or cannot be read."""
+    package's `__init__.py` (a name it imports is what the package offers), hands the name on
+    to files that import it from there, imports it under another name (`import … as`), or
+    cannot be read."""
     by_name = index._memo.get("importers_by_name")
     if by_name is None:
         by_name = index._memo["importers_by_name"] = {}
@@ -76,8 +78,8 @@ def imported_unused(index, path: str, name: str) -> bool:
     if not importers:
         return False
     for f in importers:
-        if os.path.basename(f) == "__init__.py" or _code_mentions(f, name) != 1:
-            return False
+        if os.path.basename(f) == "__init__.py" or by_name.get((f, name)) or _code_mentions(f, name) != 1:
+            return False  # a package's offer, a name other files take from the importer, or used
     return True
 
 
@@ -91,8 +93,11 @@ def _code_mentions(path: str, name: str) -> int:
     except (OSError, SyntaxError, tokenize.TokenError):
         return -1
     n = 0
-    for tok in tokens:
+    code = [t for t in tokens if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT)]
+    for i, tok in enumerate(code):
         if tok.type == tokenize.NAME and tok.string == name:
+            if i + 1 < len(code) and code[i + 1].string == "as":
+                return -1  # imported under another name: its uses are not counted here
             n += 1
         elif tok.type not in (tokenize.NAME, tokenize.COMMENT) and word.search(tok.string):
             n += 2  # a string (or f-string part) holding the name: it may be looked up by it

@@ -110,8 +110,8 @@ class Fp16WithoutGradScaler(Rule):
     through `import onmt.utils`). A wrapper's `backward` with no scaler anywhere in the project
     is still reported. Silent for a float16 autocast that is one entry of a dict picked by an
     option (`{"bf16": autocast(dtype=torch.bfloat16), "fp16": autocast(dtype=torch.float16)}
-    [args.mixed_precision]`, LlamaGen's trainer) unless the option's default picks it: the
-    run as documented takes another entry. In a file that shards its model with FSDP's
+    [args.mixed_precision]`, LlamaGen's trainer) unless the option's default is known and
+    picks it: the run as documented takes another entry, or which one is unsure. In a file that shards its model with FSDP's
     `FullyShardedDataParallel` (target torch 1.12 or newer), the message names FSDP's
     shard-aware `ShardedGradScaler` (pytorch PR #76918), not the plain GradScaler; FSDP2's
     `fully_shard` works with the plain one.
