@@ -152,9 +152,15 @@ class LossAccumulatedWithGraph(Rule):
             replacements = {value: new_value}
         safe = verdict == "reads" and isinstance(target, cst.Name)
         fix = self.safe(fix_msg, replacements) if safe else self.unsafe(fix_msg, replacements)
+        if self._backward_each_step(facts, loop, value):
+            # `backward()` frees each step's saved tensors: what the sum keeps is the chain of
+            # graph nodes, which grows by one step's nodes per step until the sum is dropped.
+            cost = "which keeps every step's graph nodes alive (`backward()` frees their saved tensors)"
+        else:
+            cost = "which keeps every step's graph alive"
         yield Violation(
             report,
-            f"`{acc}` accumulates the loss with its autograd graph, which keeps every step's graph alive; "
+            f"`{acc}` accumulates the loss with its autograd graph, {cost}; "
             "accumulate `loss.detach()` (or `loss.item()` when logging)",
             fix,
             why=why,
