@@ -434,7 +434,7 @@ class DataLoaderNoWorkers(Rule):
             seeded = facts.target_torch < (1, 9) and _dataset_kind(facts, opts.get("dataset"), Kind.NUMPY_RANDOM)
             yield Violation(
                 arg if arg is not None else call,
-                f"DataLoader with {what} loads every batch in the training process; use worker "
+                f"DataLoader with {what} loads every batch in the main process; use worker "
                 "processes, e.g. `num_workers=min(8, os.cpu_count() or 1)` (an IterableDataset "
                 "must shard with get_worker_info(), or each worker repeats the data)"
                 + (", with a `worker_init_fn` that seeds NumPy per worker (`np.random.seed(torch.initial_seed() "
