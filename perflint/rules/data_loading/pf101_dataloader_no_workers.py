@@ -249,6 +249,17 @@ def _documented_with_workers(facts: Facts, value: cst.BaseExpression) -> bool:
     return bool(runs) and all(v is not None and v.isdigit() and int(v) > 0 for v in runs)
 
 
+def _built_by_a_dataset(facts: Facts, call: cst.Call) -> bool:
+    """The loader is built by a method of a class that defines `__getitem__`: a dataset of
+    loaders (CloserLookFewShot's `SetDataset`, one loader per class, each read with
+    `next(iter(...))` for an item). It runs while the outer loader loads an item, in that
+    loader's worker processes when it has any, where it cannot start workers of its own
+    (a daemonic process cannot have children)."""
+    cls = next((a for a in facts.tree.ancestors(call) if isinstance(a, cst.ClassDef)), None)
+    return cls is not None and any(isinstance(st, cst.FunctionDef) and st.name.value == "__getitem__"
+                                   for st in cls.body.body)
+
+
 def _workers_commented(facts: Facts, call: cst.Call) -> bool:
     """A comment among the loader's arguments, or after its statement, speaks of workers
     (`num_workers=0)  # workers is set to 0 to avoid multiple instances to be modified at
@@ -339,7 +350,11 @@ class DataLoaderNoWorkers(Rule):
     random state (`np.random.choice(...)`), the message adds a `worker_init_fn` that seeds
     NumPy per worker and no fix is offered: before 1.9 every worker starts from the same
     NumPy state and draws the same "random" samples (siren's `PointCloud` on torch 1.5).
-    Not reported for a loader that
+    Nor for a loader built by a class that defines `__getitem__`, a dataset of loaders
+    (CloserLookFewShot's `SetDataset` draws each episode's item from one loader per class):
+    it runs while the outer loader loads an item, in that loader's worker processes when it
+    has any, and a worker cannot start workers of its own (daemonic processes cannot have
+    children). Not reported for a loader that
     feeds no training pass and no repeated evaluation: one batch read once
     (`next(iter(DataLoader(ds, batch_size=len(ds))))`, a loop that ends in `break`), one pass
     that is not itself training (a final test after training, `list(loader)`, a prediction
@@ -412,6 +427,8 @@ class DataLoaderNoWorkers(Rule):
                     continue
                 elif _workers_commented(facts, call):
                     continue  # `num_workers=0,  # workers set to 0 to avoid …`: the author's reasoned choice
+            if _built_by_a_dataset(facts, call):
+                continue  # read while another loader loads a sample, in its workers when it has them
             if collate_origin(facts, call, opts.get("collate_fn")) == "device" \
                     or dataset_origin(facts, opts.get("dataset")) == "device":
                 continue  # samples are put on the GPU while loading: worker processes would fail (CUDA after fork)

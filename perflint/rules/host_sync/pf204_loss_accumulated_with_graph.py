@@ -69,7 +69,8 @@ class LossAccumulatedWithGraph(Rule):
     a loader steps one head after another: iBOT's linear heads; also inside a `while` loop
     that draws the next batch from an iterator each time: AttnGAN's discriminators); nor a
     name bound to its
-    detached copy just before the sum (`loss_batch = loss_batch.detach().cpu()`), nor a name
+    detached copy just before the sum (`loss_batch = loss_batch.detach().cpu()`, also its
+    `.data`: MCD_DA's torch 0.3 `c_loss = c_loss.data[0]`), nor a name
     taken apart from a loss function's result beside the loss and not named for one (`loss,
     sub_size = output`, then `batch_size += sub_size`: a count), nor a value the function
     takes apart as a container (`output["loss"]`, `loss, size = output`: a dict or tuple
@@ -289,6 +290,14 @@ def _unpacked_beside_the_loss(facts: Facts, value: cst.BaseExpression) -> bool:
     return bool(bs) and all(b.how in ("unpack", "iter_unpack") for b in bs)
 
 
+def _data_of(expr: cst.BaseExpression) -> bool:
+    """`loss.data` or `loss.data[0]` (torch 0.3's scalar read): the tensor's data, which
+    autograd does not track."""
+    while isinstance(expr, cst.Subscript):
+        expr = expr.value
+    return isinstance(expr, cst.Attribute) and expr.attr.value == "data"
+
+
 def _detached_just_before(facts: Facts, name: cst.Name) -> bool:
     """The last assignment of `name` before its use, in the same block, binds a detached
     value: `loss_batch = loss_batch.detach().cpu()` then `loss += loss_batch`
@@ -305,7 +314,7 @@ def _detached_just_before(facts: Facts, name: cst.Name) -> bool:
         for small in reversed(st.body):
             if isinstance(small, cst.Assign) and any(
                     isinstance(t.target, cst.Name) and t.target.value == name.value for t in small.targets):
-                return any(call_name(c) in _DETACHING for c in inner_chain(small.value))
+                return _data_of(small.value) or any(call_name(c) in _DETACHING for c in inner_chain(small.value))
             if isinstance(small, (cst.AugAssign, cst.AnnAssign)) and isinstance(small.target, cst.Name) \
                     and small.target.value == name.value:
                 return False
