@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cli_support import run
 from fixture_support import FIXTURES
-from perflint.analysis.launches import gpus_of_runs, option_in_docs, option_of_runs
+from perflint.analysis.launches import gpus_of_runs, launched_option_values, option_in_docs, option_of_runs
 
 
 def _project(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -101,3 +101,24 @@ def test_an_option_is_found_on_any_documented_command_line(tmp_path):
     assert option_in_docs(str(root), "use_multi_gpu")
     assert option_in_docs(str(root), "devices")
     assert not option_in_docs(str(root), "amp")
+
+
+def test_an_option_quoted_as_code_in_prose_is_documented(tmp_path):
+    """ConvNeXt's TRAINING.md: "You can add `--use_amp true` to train in ... AMP"."""
+    root = _project(tmp_path, {"TRAINING.md": "- You can add `--use_amp true` to train with AMP.\n"})
+    assert option_in_docs(str(root), "use_amp")
+    assert not option_in_docs(str(root), "amp")
+
+
+def test_a_command_runs_the_script_found_from_its_document(tmp_path):
+    """A shell script in `b/scripts/` that runs `main.py` runs `b/main.py` (found from its
+    folder upwards), not `a/main.py`; a root README's `main.py` exists nowhere from the root,
+    so it may be either. Only multi-process launches give their option values."""
+    root = _project(tmp_path, {
+        "a/main.py": "", "b/main.py": "",
+        "b/scripts/run.sh": "torchrun --nproc_per_node=8 main.py --accum_iter 4\npython main.py --accum_iter 8\n",
+        "README.md": "    python -m torch.distributed.launch --nproc_per_node=2 main.py --accum_iter 2\n",
+    })
+    assert launched_option_values(str(root), str(root / "b" / "main.py"), "accum_iter") == ["2", "4"]
+    assert launched_option_values(str(root), str(root / "a" / "main.py"), "accum_iter") == ["2"]
+    assert gpus_of_runs(str(root), str(root / "a" / "main.py")) == [0]

@@ -423,6 +423,46 @@ class CallerFacts:
         return got & {Kind.DATALOADER} if unpacked else got
 
 
+def param_may_be_ddp(callers: CallerFacts, where: tuple[str, str], index: int, name: str, depth: int = 0) -> bool:
+    """Whether a known call site of `where` passes for a parameter a name that may be
+    bound to `DistributedDataParallel(...)` there (`model = DDP(model)` under `if
+    args.distributed:`, then `train_one_epoch(model, ...)`), or forwards its own parameter
+    that may be."""
+    for caller, c in callers._sites(where) or ():
+        k = callers._key(c, index, name)
+        if k is None:
+            continue
+        if k in c.get("ddp", ()):
+            return True
+        fwd = c.get("fwd", {}).get(k)
+        hp = callers._host_param(caller, c, fwd) if fwd is not None and depth < MAX_DEPTH else None
+        if hp is not None and param_may_be_ddp(callers, hp[0], hp[1], fwd, depth + 1):
+            return True
+    return False
+
+
+def param_value(callers: CallerFacts, where: tuple[str, str], name: str) -> list | None:
+    """What every known call site of `where` passes by keyword for its parameter `name`:
+    ["v", literal] when each passes that literal, ["o", "args.use_amp", default] when each
+    passes that option and its default is known where the call is (DynamicViT's
+    `train_one_epoch(..., use_amp=args.use_amp)`); None when a site passes it otherwise, by
+    position or not at all, or a caller is unknown."""
+    got = None
+    for caller, c in callers._sites(where) or [(None, None)]:
+        v = c.get("kwv", {}).get(name) if c is not None else None
+        if v is None:
+            return None
+        if v[0] == "o" and len(v) == 2:
+            try:
+                v = ["o", v[1], callers.index.option_default(caller, v[1].rsplit(".", 1)[-1])]
+            except KeyError:
+                return None
+        if v[0] not in ("v", "o") or (got is not None and list(v) != got):
+            return None
+        got = list(v)
+    return got
+
+
 def reached(callers: CallerFacts, where: tuple[str, str]) -> bool:
     """Whether a summarised file calls `where`, or names it other than by a call
     (`fn=train_step`)."""

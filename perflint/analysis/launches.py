@@ -67,6 +67,23 @@ def _names_script(arg: str, rel: str) -> bool:
     return len(parts) <= len(want) and want[-len(parts):] == parts
 
 
+def _another_file(root: str, doc: str, arg: str, path: str) -> bool:
+    """The script a command of `doc` names (`main_finetune.py`) is a file found from the
+    document's folder or a folder above it, up to the root, and not the file at `path`: the
+    run is that file's (LLaMA-Adapter's `gorilla/finetune/scripts/*.sh` run
+    `gorilla/finetune/main_finetune.py`, not `imagebind_LLM/main_finetune.py`)."""
+    top = os.path.abspath(root)
+    d = os.path.dirname(os.path.abspath(doc))
+    while d.startswith(top):
+        cand = os.path.normpath(os.path.join(d, arg))
+        if os.path.isfile(cand):
+            return cand != os.path.abspath(path)
+        if d == top:
+            break
+        d = os.path.dirname(d)
+    return False
+
+
 def _one_gpu(text: str) -> bool | None:
     """What the last `CUDA_VISIBLE_DEVICES=…` of `text` says: one GPU (True), several or an
     unknown value (False); None when `text` sets none."""
@@ -87,8 +104,10 @@ def _runs(root: str, path: str):
         shell = doc.lower().endswith((".sh", ".bash"))
         exported: bool | None = None  # a shell script's `export CUDA_VISIBLE_DEVICES=…` in force
         for line in _lines(text):
-            runs = [m for m in _RUN.finditer(line) if "-m" not in m.group(1).split() and _names_script(m.group(2), rel)]
-            launched = [m for m in _LAUNCHER.finditer(line) if _names_script(m.group(1), rel)]
+            runs = [m for m in _RUN.finditer(line) if "-m" not in m.group(1).split() and _names_script(m.group(2), rel)
+                    and not _another_file(root, doc, m.group(2), path)]
+            launched = [m for m in _LAUNCHER.finditer(line) if _names_script(m.group(1), rel)
+                        and not _another_file(root, doc, m.group(1), path)]
             if not runs and not launched:
                 if shell and _one_gpu(line) is not None:
                     exported = _one_gpu(line)
@@ -108,9 +127,10 @@ def gpus_of_runs(root: str, path: str) -> list[int]:
 
 
 def _flag(name: str) -> re.Pattern:
-    """`--name` (also spelled with dashes) as a word of a command line, with its value."""
+    """`--name` (also spelled with dashes) as a word of a command line, with its value; also
+    quoted as code in prose ("You can add `--use_amp true`", ConvNeXt's TRAINING.md)."""
     flags = "|".join(re.escape(f) for f in sorted({"--" + name, "--" + name.replace("_", "-")}))
-    return re.compile(rf"(?:^|\s)(?:{flags})(?:=|\s+|$)([^\s;&|]*)", re.M)
+    return re.compile(rf"(?:^|[\s`])(?:{flags})(?:=|\s+|$)([^\s;&|`]*)", re.M)
 
 
 def option_in_docs(root: str, name: str) -> bool:
@@ -118,6 +138,19 @@ def option_in_docs(root: str, name: str) -> bool:
     command line (to any script): a run the documents describe may turn it on."""
     given = _flag(name)
     return any(given.search(text) for _, text in _texts(root))
+
+
+def launched_option_values(root: str, path: str, name: str) -> list[str]:
+    """The values that the documented multi-process launches of the script at `path`
+    (`torchrun`, `python -m torch.distributed.launch`, `accelerate launch`, `deepspeed`)
+    pass to its option `name`."""
+    given = _flag(name)
+    out: list[str] = []
+    for line, end, launched, _ in _runs(root, path):
+        m = given.search(line[end:]) if launched else None
+        if m is not None and m.group(1):
+            out.append(m.group(1).strip("\"'"))
+    return out
 
 
 def option_of_runs(root: str, path: str, name: str) -> list[str | None]:

@@ -135,6 +135,23 @@ class Loops(Component):
         """Whether `node` runs on every iteration of `loop` (not in a throttled branch)."""
         return self.runs_each_time(node, loop, nested_functions=True)
 
+    def _scaler_steps_when(self, guard: cst.If) -> bool:
+        """A callable scaler's call before `guard`, in its block, steps the optimizer exactly
+        when `guard`'s test holds (MAE's and ConvNeXt's `loss_scaler(loss, optimizer,
+        update_grad=(i + 1) % k == 0)`, then `if (i + 1) % k == 0: optimizer.zero_grad()`):
+        the guarded code runs with each optimizer step."""
+        where = self.tree.block_of(guard)
+        if where is None:
+            return False
+        test = "".join(cst.Module([]).code_for_node(guard.test).split())
+        for stmt in list(where[0].body)[:where[1]]:
+            for c in iter_nodes(stmt):
+                if isinstance(c, cst.Call) and self.steps.is_scaler_call_step(c) and any(
+                        a.keyword is not None and a.keyword.value == "update_grad"
+                        and "".join(cst.Module([]).code_for_node(a.value).split()) == test for a in c.args):
+                    return True
+        return False
+
     def runs_each_time(self, node: cst.CSTNode, container: cst.CSTNode, nested_functions: bool) -> bool:
         """Whether `node` runs each time `container` (a loop body, a function) runs: not in a
         throttled branch, a branch that leaves, or an exception handler; with
@@ -283,6 +300,8 @@ class Loops(Component):
                     if self.throttles.is_throttled_test(parent.test) and self.throttles._steps_after(list(parent.body.body)) \
                             and self.throttles._is_step_call_or_after(node, parent):
                         pass  # `if (i + 1) % accum == 0: optimizer.step(); optimizer.zero_grad()`: the optimizer step
+                    elif self._scaler_steps_when(parent):
+                        pass  # `loss_scaler(..., update_grad=(i + 1) % k == 0)`, then `if (i + 1) % k == 0:`
                     elif self.throttles.is_throttled_test(parent.test) or _leaves(parent.body) or _capped_branch(parent):
                         return None
                     type_guarded = type_guarded or _is_type_test(parent.test)

@@ -30,9 +30,9 @@ import re
 import stat
 from pathlib import Path
 
-from perflint.analysis.callers import CallerFacts, only_while_building, reached
-from perflint.analysis.launches import gpus_of_runs, option_in_docs, option_of_runs
+from perflint.analysis.callers import CallerFacts, only_while_building, param_may_be_ddp, param_value, reached
 from perflint.analysis.modules import MAX_DEPTH, ModuleResolver
+from perflint.analysis.projectdocs import DocumentQuestions
 from perflint.analysis.optiondefaults import caller_defaults, edges_by_target, imported_unused
 from perflint.analysis.vocab import Kind
 from perflint.analysis.summary_types import SCALER_WORDS, rejects_keyword, rejects_non_blocking, unpinnable
@@ -503,8 +503,11 @@ class ProjectIndex:
         return self.callers.kwargs_of(where)
 
 
-class ProjectView:
-    """One file's window on its project; every question and its answer is recorded."""
+class ProjectView(DocumentQuestions):
+    """One file's window on its project; every question and its answer is recorded (the
+    questions about its documents: `DocumentQuestions`)."""
+
+    _read = staticmethod(read_regular)
 
     def __init__(self, index: ProjectIndex | None, path: str, root: str | None = None) -> None:
         self.index = index
@@ -620,31 +623,6 @@ class ProjectView:
             return sorted(self.index.method_kinds(w, method))  # type: ignore[union-attr]
         return frozenset(self._ask(("imeth", class_ref, method), compute) or ())
 
-    def config_data(self, literal: str):
-        """The parsed content of a YAML/JSON file of the project that this file loads by the
-        path `literal` (see `analysis.configfiles`)."""
-        from perflint.analysis.configfiles import read_config
-
-        return self._ask(("cfgfile", literal),
-                         lambda: read_config(self.index.root, os.path.dirname(self.path), literal,  # type: ignore[union-attr]
-                                             read_regular))
-
-    def documented_on_one_gpu(self) -> bool:
-        """Whether the project's README/Markdown command lines and shell scripts run this
-        script, and every such run makes exactly one GPU visible (`CUDA_VISIBLE_DEVICES=0
-        python train.py`; see `analysis.launches`).  True or None."""
-        def compute():
-            runs = gpus_of_runs(self.index.root, self.path)  # type: ignore[union-attr]
-            return bool(runs) and all(runs) or None
-        return bool(self._ask(("launch",), compute))
-
-    def documented_option(self, name: str, anywhere: bool = False) -> list | bool | None:
-        """The value each documented run of this script passes to its option `name` (None: it
-        passes none), or None when no document runs it; `anywhere`: whether any document
-        passes `--name` to any script (`analysis.launches`)."""
-        return self._ask(("launch", "option", name, *((True,) if anywhere else ())), lambda: (  # type: ignore[union-attr]
-            option_in_docs(self.index.root, name) if anywhere else option_of_runs(self.index.root, self.path, name)) or None)
-
     def has_module(self, name: str) -> bool:
         """Whether a module or package `name` of the project is where this file's absolute imports look (its own `datasets/`)."""
         return bool(self._ask(("hasmod", name), lambda: any(  # a module, a package, or a folder of modules
@@ -674,6 +652,15 @@ class ProjectView:
         """See `callers.only_while_building`."""
         return bool(self._ask(("ctor", symbol),
                               lambda: only_while_building(self.index.callers, (self.path, symbol)) or None))  # type: ignore[union-attr]
+
+    def param_value(self, symbol: str, name: str) -> list | None:
+        """See `callers.param_value`."""
+        return self._ask(("pval", symbol, name), lambda: param_value(self.index.callers, (self.path, symbol), name))  # type: ignore[union-attr]
+
+    def param_may_be_ddp(self, symbol: str, index: int, name: str) -> bool:
+        """See `CallerFacts.param_may_be_ddp`."""
+        return bool(self._ask(("ddp", symbol, index, name), lambda: param_may_be_ddp(
+            self.index.callers, (self.path, symbol), index, name) or None))  # type: ignore[union-attr]
 
     def called_without_grad(self, symbol: str) -> bool:
         """See `CallerFacts.called_without_grad`."""
@@ -777,9 +764,10 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "unused": view.never_used, "ctor": view.only_while_building,
                   "graphm": view.graph_collate_method, "graphf": view.graph_collate,
                   "trainsin": view.file_of_trains, "attr-read": view.attribute_read_elsewhere,
-                  "rejects": view.method_rejects, "launch": lambda *a: view.documented_option(*a[1:]) if a
-                  else view.documented_on_one_gpu(),
-                  "anyset": view.sets_up_anywhere, "hasmod": view.has_module}.get(kind)
+                  "rejects": view.method_rejects, "launch": lambda *a: (view.launched_option if a[0] == "launched" else view.documented_option)(
+                      *a[1:]) if a else view.documented_on_one_gpu(),
+                  "anyset": view.sets_up_anywhere, "hasmod": view.has_module, "ddp": view.param_may_be_ddp,
+                  "pval": view.param_value}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

@@ -29,15 +29,16 @@ import libcst as cst
 
 from perflint.analysis.callers import PARAM_KINDS
 from perflint.analysis.project import RESULT_KINDS
+from perflint.analysis.summary_names import dunder_all, top_level_library_aliases
 from perflint.analysis.summary_types import CallRecord, ClassInfo, FunctionInfo, ModuleSummary, Signature
 from perflint.analysis.devices import _device_string_kinds
 from perflint.analysis.syntax import (NOT_LITERAL, argparse_dest, call_name, get_arg, has_splat, is_main_guard,
                                       literal_value, patch_embedding)
 from perflint.analysis.kinds import counts_items, draws_numpy_random, one_item_class
 from perflint.analysis.vocab import Kind, DATALOADER, _OPTION_ROOTS, loads_model
-from perflint.names import ImportTable, dotted
+from perflint.names import dotted
 
-SUMMARY_VERSION = 14
+SUMMARY_VERSION = 15
 # Import roots that are never the project's own modules.
 LIBRARY_ROOTS = frozenset({
     "torch", "numpy", "np", "scipy", "torchvision", "torchaudio", "transformers", "accelerate", "timm", "os", "sys",
@@ -73,6 +74,7 @@ def _wide_conv(call: cst.Call, q: str) -> bool:
     return arg is None or not (literal_value(arg.value) in (1, (1,), (1, 1), (1, 1, 1)) or patch_embedding(call, last))
 
 
+_DDP = "torch.nn.parallel.DistributedDataParallel"
 _DEVICE_KINDS = {Kind.DEVICE_CUDA, Kind.DEVICE_CPU, Kind.DEVICE_OTHER}
 _FRAMEWORKS = {"accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "colossalai", "composer"}
 _JSON_SCALARS = (int, float, str, bool, type(None))
@@ -404,7 +406,7 @@ def _calls(facts, lines) -> list[CallRecord]:
         rec["kw"] = {k: _arg_kinds(facts, v) for k, v in keywords.items()}
         # Arguments bound to a call of another module's function (`train_loader, val_loader =
         # get_loaders(...)`): their kinds are known only once the project is indexed.
-        via, dev, fwd, kwv, cls = {}, {}, {}, {}, {}
+        via, dev, fwd, kwv, cls, ddp = {}, {}, {}, {}, {}, []
         # What a function's parameters receive (a class's constructor takes none of it).
         to_function = not _names_a_class(facts, ref)
         for key, value in [*((str(i), a.value) for i, a in enumerate(positional)), *keywords.items()]:
@@ -413,6 +415,9 @@ def _calls(facts, lines) -> list[CallRecord]:
                 via[key] = got
             if not to_function or isinstance(value, (cst.Integer, cst.Float)):
                 continue
+            if isinstance(value, cst.Name) and any(b.how == "expr" and isinstance(b.node, cst.Call) and facts.tree.qualname(
+                    b.node.func) == _DDP for b in facts.bindings.lookup(value.value, value)):
+                ddp.append(key)  # `model = DDP(model)` (maybe), then `train(model, ...)`: PF502
             p = _forwarded_param(facts, value, host)
             if p is not None:
                 fwd[key] = p
@@ -431,7 +436,7 @@ def _calls(facts, lines) -> list[CallRecord]:
                 got = _keyword_value(facts, v)
                 if got is not None:
                     kwv[k] = got
-        for name, m in (("via", via), ("dev", dev), ("fwd", fwd), ("kwv", kwv), ("cls", cls)):
+        for name, m in (("via", via), ("dev", dev), ("fwd", fwd), ("kwv", kwv), ("cls", cls), ("ddp", ddp)):
             if m:
                 rec[name] = m
         if splat:
@@ -724,37 +729,6 @@ def _settings(facts) -> dict:
     return {k: sorted(v) for k, v in found.items() if v}
 
 
-def _top_level_library_aliases(facts) -> dict:
-    out = {}
-    for stmt in facts.module.body:
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, (cst.Import, cst.ImportFrom)) and not (
-                        isinstance(small, cst.ImportFrom) and small.relative):
-                    table = ImportTable()
-                    if isinstance(small, cst.Import):
-                        table.add_import(small)
-                    else:
-                        table.add_import_from(small)
-                    for k, v in table.aliases.items():
-                        if v.split(".", 1)[0] in LIBRARY_ROOTS and not k.startswith("_"):
-                            out[k] = v
-    return out
-
-
-def _dunder_all(facts) -> list[str] | None:
-    """The names of a literal top-level `__all__` list or tuple."""
-    for stmt in facts.module.body:
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
-                        and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == "__all__" \
-                        and isinstance(small.value, (cst.List, cst.Tuple)):
-                    names = [literal_value(e.value) for e in small.value.elements]
-                    return [n for n in names if isinstance(n, str)]
-    return None
-
-
 def summarise(facts, lines) -> ModuleSummary:
     """The summary of the file behind `facts`; `lines(node)` gives a node's 1-based line."""
     imports = facts.tree.imports
@@ -765,7 +739,7 @@ def summarise(facts, lines) -> ModuleSummary:
         "stars": list(imports.stars),
         # Library names the module binds at its top level (`torch`, `nn`, `F`): what a
         # `from <module> import *` hands on.
-        "libs": _top_level_library_aliases(facts),
+        "libs": top_level_library_aliases(facts, LIBRARY_ROOTS),
         "classes": {},
         "functions": {},
         "defaults": _defaults(facts),
@@ -788,7 +762,7 @@ def summarise(facts, lines) -> ModuleSummary:
             summary["classes"][stmt.name.value] = _class_info(facts, stmt)
         elif isinstance(stmt, cst.FunctionDef):
             summary["functions"][stmt.name.value] = _function_info(facts, stmt)
-    exported = _dunder_all(facts)
+    exported = dunder_all(facts)
     if exported is not None:
         summary["all"] = exported
     summary["calls"] = _calls(facts, lines)

@@ -66,6 +66,7 @@ CallRecord = TypedDict("CallRecord", {
     "kwv": NotRequired[Dict[str, KeywordValue]],  # keyword → its value
     "cls": NotRequired[Dict[str, str]],  # key → reference of the project class of the object
     "splat": NotRequired[bool],  # passes `*args`, or a `**kwargs` that is no known dict
+    "ddp": NotRequired[List[str]],  # keys of names that may be bound to `DistributedDataParallel(...)`
 })
 
 

@@ -11,6 +11,7 @@ from perflint.edits import parse_expr
 from perflint.analysis import NOT_LITERAL, Binding, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.names import dotted
 from perflint.analysis.vocab import Kind
+from perflint.analysis.summary import _symbol_of
 from perflint.analysis.syntax import is_cli_command
 
 
@@ -577,7 +578,8 @@ def off_by_default(facts: Facts, node: cst.CSTNode) -> bool:
     """`node` sits in a branch that a run with every option at its default does not take:
     `if args.n_gpu > 1:` with `add_argument('--n_gpu', default=1)` (in this file or a project
     module), `if self.args.use_multi_gpu and self.args.use_gpu:` with a `store_true` flag,
-    `nb_gpus = len(args.gpu.split(','))` … `if nb_gpus > 1:` with `default='0'`; or in the
+    `nb_gpus = len(args.gpu.split(','))` … `if nb_gpus > 1:` with `default='0'`, `if use_amp:`
+    on a parameter every caller passes `use_amp=args.use_amp` (`_passed_value`); or in the
     `else:` of a test such a run passes."""
     cur = node
     for anc in facts.tree.ancestors(node):
@@ -637,6 +639,8 @@ def _default_value(facts: Facts, expr: cst.BaseExpression, depth: int = 0):
         bs = facts.bindings.lookup(expr.value, expr)
         if len(bs) == 1 and bs[0].how == "expr" and bs[0].node is not None:
             return _default_value(facts, bs[0].node, depth + 1)
+        if len(bs) == 1 and bs[0].how == "param":
+            return _passed_value(facts, expr)
         return _UNKNOWN
     if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
         op = _COMPARE.get(type(expr.comparisons[0].operator))
@@ -658,6 +662,20 @@ def _default_value(facts: Facts, expr: cst.BaseExpression, depth: int = 0):
         if isinstance(text, str) and isinstance(sep, str) and sep:
             return text.split(sep)
     return _UNKNOWN
+
+
+def _passed_value(facts: Facts, name: cst.Name):
+    """The value the callers in the project pass by keyword for the parameter `name` of the
+    top-level function it belongs to, with every option at its default (`use_amp=args.use_amp`,
+    `default=False`, no documented command line passing `--use_amp`); else `_UNKNOWN`."""
+    fn = facts.tree.enclosing_function(name)
+    if facts.project is None or fn is None or "." in (symbol := _symbol_of(facts, fn) or "."):
+        return _UNKNOWN
+    got = facts.project.param_value(symbol, name.value)
+    if not got or (got[0] == "o" and (got[2] is None or facts.project.documented_option(
+            got[1].rsplit(".", 1)[-1], anywhere=True))):
+        return _UNKNOWN
+    return got[1] if got[0] == "v" else got[2]
 
 
 def _assigned_in_file(facts: Facts, attr: str) -> bool:

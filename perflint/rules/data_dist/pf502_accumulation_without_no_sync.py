@@ -9,12 +9,14 @@ import libcst as cst
 
 from perflint.edits import code
 from perflint.analysis import Facts, call_name, get_arg, iter_nodes, literal_value
+from perflint.analysis.summary import _symbol_of
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import (
     enclosing_block,
     forward_range,
     insert_after_imports,
     is_model_call,
+    off_by_default,
     words,
     wrap_in_with,
 )
@@ -30,10 +32,31 @@ def _by_one_by_default(facts: Facts, test: cst.BaseExpression) -> bool:
     on every iteration, and no all-reduce is wasted."""
     mods = [n for n in iter_nodes(test) if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)]
     for m in mods:
-        found, default = facts.cross.option_default(m.right)
+        k = m.right
+        for _ in range(4):  # `accum_iter = args.accum_iter` before the loop (MAE)
+            bs = facts.bindings.lookup(k.value, k) if isinstance(k, cst.Name) else []
+            if len(bs) != 1 or bs[0].how != "expr" or bs[0].node is None:
+                break
+            k = bs[0].node
+        found, default = facts.cross.option_default(k, callers=True)
         if not (found and default == 1 and not isinstance(default, bool)):
             return False
+        name = k.attr.value if isinstance(k, cst.Attribute) else getattr(k, "value", None)
+        if isinstance(name, str) and facts.project is not None and any(
+                v != "1" for v in facts.project.launched_option(name, _symbol_of(facts, facts.tree.enclosing_function(m)))
+                or ()):
+            return False  # ConvNeXt's `torch.distributed.launch ... main.py --update_freq 4`
     return bool(mods)
+
+
+def _update_grad_guard(facts: Facts, call: cst.Call) -> cst.BaseExpression | None:
+    """The `update_grad=` of a callable scaler's call (timm's and MAE's `NativeScaler`: it
+    steps the optimizer only when that is true) when it tests a remainder by more than 1."""
+    arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "update_grad"), None)
+    if arg is None or not any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
+                              for n in iter_nodes(arg.value)):
+        return None
+    return None if _by_one_by_default(facts, arg.value) else arg.value
 
 
 def _ddp_binding(facts: Facts, expr: cst.BaseExpression) -> cst.Call | None:
@@ -109,7 +132,9 @@ class AccumulationWithoutNoSync(Rule):
     ## What it does
     Flags the `.backward()` call of a gradient-accumulation loop on a DistributedDataParallel
     model — backward on every iteration, the optimizer step only under a `% k` condition — in
-    a file that never uses `no_sync()`.
+    a file that never uses `no_sync()`. Also the call of a callable scaler that runs backward
+    and steps only when told (timm's and MAE's `loss_scaler(loss, optimizer,
+    update_grad=(i + 1) % k == 0)`).
 
     ## Why is this bad?
     DDP all-reduces gradients after every backward. With accumulation over k micro-batches,
@@ -155,11 +180,22 @@ class AccumulationWithoutNoSync(Rule):
     sum of reductions). FSDP needs `set_requires_gradient_sync` instead and is not handled.
 
     ## Applies to
-    All torch versions with DDP; multi-process training (the file constructs
-    `torch.nn.parallel.DistributedDataParallel`). Not when the number of accumulated
-    micro-batches is an option whose default is 1 (`if i % args.gradient_accumulation_steps
-    == 0:` with `default=1`): the run as written steps on every iteration and all-reduces
-    nothing in vain (a strict review counted imagenet-r's DeepAugment script false).
+    All torch versions with DDP; multi-process training: the file constructs
+    `torch.nn.parallel.DistributedDataParallel`, or the loop's model is a parameter of the
+    function, for which a call elsewhere in the project passes a name that may be bound to
+    `DistributedDataParallel(...)` (ConvNeXt's and MAE's `main.py` wrap the model when
+    launched and call `engine.train_one_epoch(model, ...)`; reported without a fix). Not when
+    the number of accumulated micro-batches is an option whose default is 1 (`if i %
+    args.gradient_accumulation_steps == 0:` with `default=1`, also through a name bound to
+    it: `accum_iter = args.accum_iter`): the run as written steps on every iteration and
+    all-reduces nothing in vain (a strict review counted imagenet-r's DeepAugment script
+    false) — unless a documented multi-process launch of the script, or of a script that
+    calls the function, passes the option another value (`python -m
+    torch.distributed.launch --nproc_per_node=8 main.py --update_freq 4` in ConvNeXt's
+    TRAINING.md). A single-process run that accumulates has no DDP model to all-reduce.
+    Nor in a branch that a run with every option at its default does not take (`if
+    use_amp:`, where every caller passes `use_amp=args.use_amp` with a false default and
+    no document passes `--use_amp`: DynamicViT's `engine.py`).
 
     ## References
     - PyTorch performance tuning guide, "Skip unnecessary all-reduce if training with
@@ -172,20 +208,28 @@ class AccumulationWithoutNoSync(Rule):
     name = "accumulation-without-no-sync"
     summary = "DDP gradient accumulation all-reduces on every micro-batch"
     fix_class = FixClass.UNSAFE
-    tokens = (b"DistributedDataParallel",)
+    tokens = (b"DistributedDataParallel", b"backward", b"update_grad")  # a step whose DDP model a caller passes
 
     def check(self, facts: Facts) -> Iterator[Violation]:
-        if not facts.tree.calls_to(DDP) or words(facts).name_contains("no_sync", "set_requires_gradient_sync"):
+        local = bool(facts.tree.calls_to(DDP))
+        if not (local or facts.project is not None) or words(facts).name_contains("no_sync", "set_requires_gradient_sync"):
             return
         found = []
         for call in facts.tree.calls():
-            if call_name(call) != "backward" or not facts.steps.is_backward_call(call):
+            own_guard = None  # `loss_scaler(loss, optimizer, update_grad=(i + 1) % k == 0)`
+            if facts.steps.is_scaler_call_step(call):
+                own_guard = _update_grad_guard(facts, call)
+                if own_guard is None:
+                    continue
+            elif call_name(call) != "backward" or not facts.steps.is_backward_call(call):
                 continue
             ctx = facts.loops.iteration_context(call)
             if ctx is None or ctx.kind != "train" or not isinstance(ctx.node, (cst.For, cst.While)):
                 continue
-            guard = self._accumulation_guard(facts, ctx.node)
-            if guard is None or not self._loop_uses_ddp(facts, ctx.node):
+            if off_by_default(facts, call):
+                continue  # DynamicViT's `if use_amp:` branch, `--use_amp` off and in no documented run
+            guard = own_guard if own_guard is not None else self._accumulation_guard(facts, ctx.node)
+            if guard is None or not (self._loop_uses_ddp(facts, ctx.node) if local else self._given_ddp(facts, ctx.node)):
                 continue
             found.append((call, ctx.node, guard))
         if not found:
@@ -193,7 +237,7 @@ class AccumulationWithoutNoSync(Rule):
         ctx_name, needs_import = self._nullcontext(facts)
         for call, loop, guard in found:
             plan = None
-            repl = self._rewrite(facts, call, guard, ctx_name)
+            repl = self._rewrite(facts, call, guard, ctx_name) if isinstance(guard, cst.If) else None
             if repl is not None and needs_import:
                 extra = insert_after_imports(facts, "import contextlib", after_settings=False)
                 repl = None if extra is None or set(extra) & set(repl) else {**repl, **extra}
@@ -223,6 +267,27 @@ class AccumulationWithoutNoSync(Rule):
         return False
 
     @staticmethod
+    def _given_ddp(facts: Facts, loop: cst.CSTNode) -> bool:
+        """In a file that builds no DDP model: a model called in the loop is a parameter of
+        the function, for which a caller elsewhere in the project passes a name that may be
+        bound to `DistributedDataParallel(...)` (ConvNeXt's `train_one_epoch(model, ...)`
+        from `main.py`)."""
+        fn = facts.tree.enclosing_function(loop)
+        if fn is None:
+            return False
+        for c in facts.tree.calls_within(loop):
+            if not (is_model_call(facts, c) and isinstance(c.func, cst.Name)):
+                continue
+            bs = facts.bindings.lookup(c.func.value, c.func)
+            param = next((p for p in fn.params.params if p.name.value == c.func.value), None)
+            if param is None or not bs or not all(b.how == "param" for b in bs):
+                continue
+            pos = facts.cross._param_position(param, fn)
+            if pos is not None and facts.project.param_may_be_ddp(pos[0], pos[1], param.name.value):
+                return True
+        return False
+
+    @staticmethod
     def _accumulation_guard(facts: Facts, loop: cst.CSTNode) -> cst.If | None:
         """The `if step % k …:` that holds the loop's optimizer step (and no unguarded step)."""
         guard = None
@@ -232,16 +297,14 @@ class AccumulationWithoutNoSync(Rule):
             ctx = facts.loops.iteration_context(c)
             if ctx is not None and ctx.node is loop:
                 return None  # a step every iteration: no accumulation
-            outer_if = None
+            outer_if = None  # the outermost `if` around the step that tests a remainder
             for a in facts.tree.ancestors(c):
                 if a is loop or isinstance(a, (cst.FunctionDef, cst.Lambda, cst.For, cst.While)):
                     break
-                if isinstance(a, cst.If):
-                    outer_if = a
-            if outer_if is None or not any(
-                isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
-                for n in iter_nodes(outer_if.test)
-            ):
+                if isinstance(a, cst.If) and any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
+                                                 for n in iter_nodes(a.test)):
+                    outer_if = a  # not `if use_amp: ... else:` around it (ConvNeXt)
+            if outer_if is None:
                 continue
             if _by_one_by_default(facts, outer_if.test):
                 return None  # `i % args.accumulation_steps` with a default of 1: a step every iteration

@@ -10,6 +10,7 @@ import libcst as cst
 from perflint.edits import add_arg, make_kwarg, replace_arg_value
 from perflint.analysis import Facts, call_name, get_arg, has_splat, literal_value
 from perflint.rules.base import FixClass, Rule, Violation
+from perflint.rules.common import off_by_default
 from perflint.analysis.vocab import Kind
 
 
@@ -46,7 +47,11 @@ class ZeroGradNotSetToNone(Rule):
 
     ## Applies to
     Only where the call runs on every training step (the hot path of PF201: not once per
-    epoch, not in a timing helper or code that does not train). Explicit
+    epoch, not in a timing helper or code that does not train; with every optimizer step
+    counts, also under the `if (i + 1) % k == 0:` that matches a callable scaler's
+    `update_grad=(i + 1) % k == 0`, MAE's and ConvNeXt's step; not in a branch that a run with
+    every option at its default does not take, `if args.amp:` with `default=0` and no
+    documented command line passing `--amp`). Explicit
     `set_to_none=False`: all versions. Bare `zero_grad()`: target torch 1.7–1.13
     (before 1.7 there is no `set_to_none` to pass; from 2.0 it is the default), and not on
     an instance of a wrapper class of the project (a learning-rate scheduler around the
@@ -81,6 +86,8 @@ class ZeroGradNotSetToNone(Rule):
                 continue  # not once per step: once per epoch, a timing helper, code that does not train
             if _inspects_gradients(facts, call):
                 continue  # `def val(...)`: `model.zero_grad(); loss.backward()` for a Grad-CAM map, no step
+            if off_by_default(facts, call):
+                continue  # `if use_amp:` with `--use_amp` off by default and in no documented run
             arg = get_arg(call, "set_to_none", 0)
             if arg is not None:
                 if literal_value(arg.value) is not False:

@@ -1,0 +1,42 @@
+"""The names a module hands to the modules that import it, as its summary records them
+(`analysis.summary`): the library aliases a star import passes on, and a literal `__all__`."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from perflint.analysis.syntax import literal_value
+from perflint.names import ImportTable
+
+
+def top_level_library_aliases(facts, library_roots: frozenset[str]) -> dict:
+    """Library names the module binds at its top level by absolute imports (`torch`, `nn`,
+    `F`): what a `from <module> import *` hands on."""
+    out = {}
+    for stmt in facts.module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)) and not (
+                        isinstance(small, cst.ImportFrom) and small.relative):
+                    table = ImportTable()
+                    if isinstance(small, cst.Import):
+                        table.add_import(small)
+                    else:
+                        table.add_import_from(small)
+                    for k, v in table.aliases.items():
+                        if v.split(".", 1)[0] in library_roots and not k.startswith("_"):
+                            out[k] = v
+    return out
+
+
+def dunder_all(facts) -> list[str] | None:
+    """The names of a literal top-level `__all__` list or tuple."""
+    for stmt in facts.module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                        and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == "__all__" \
+                        and isinstance(small.value, (cst.List, cst.Tuple)):
+                    names = [literal_value(e.value) for e in small.value.elements]
+                    return [n for n in names if isinstance(n, str)]
+    return None
