@@ -53,6 +53,28 @@ def _texts(root: str) -> list[tuple[str, str]]:
     return out
 
 
+def yaml_sets(root: str, key: str) -> bool:
+    """Whether a YAML file of the project sets `key` (a line `KEY: value`, at any depth): a
+    run that loads it may change the default of a yacs config tree."""
+    line = re.compile(rf"^\s*{re.escape(key)}\s*:", re.M)
+    seen = 0
+    for d, dirs, files in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if x not in _SKIP_DIRS and not x.startswith("."))
+        for name in sorted(files):
+            if not name.lower().endswith((".yaml", ".yml")):
+                continue
+            seen += 1
+            if seen > MAX_FILES * 10:
+                return True  # too many to read: may be set
+            try:
+                with open(os.path.join(d, name), "rb") as fh:
+                    if line.search(fh.read(MAX_BYTES).decode("utf-8", "replace")):
+                        return True
+            except OSError:
+                return True
+    return False
+
+
 def _lines(text: str) -> list[str]:
     """Logical command lines: backslash continuations joined."""
     return re.sub(r"\\\r?\n", " ", text).splitlines()

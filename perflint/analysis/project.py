@@ -381,6 +381,14 @@ class ProjectIndex:
         consts = (self.summaries.get(path) or {}).get("constants", {})
         return consts[symbol]
 
+    def cfgtree_default(self, key: str):
+        """The default a yacs config tree of the project sets for `key` ("TRAIN.ACCUMULATION_STEPS");
+        KeyError when none or several differing ones."""
+        values = [s["cfgtree"][key] for s in self.summaries.values() if key in (s.get("cfgtree") or {})]
+        if not values or any(v != values[0] for v in values):
+            raise KeyError(key)
+        return values[0]
+
     def option_default(self, importer: str, name: str, callers: bool = False):
         """The default of an option (argparse dest, config field) in the modules `importer`
         imports (transitively; with `callers`, else in the modules that import it), or
@@ -709,6 +717,10 @@ class ProjectView(DocumentQuestions):
         return self._found(("default", name, *((True,) if callers else ())),
                            lambda: self.index.option_default(self.path, name, callers))  # type: ignore[union-attr]
 
+    def cfgtree_default(self, key: str):
+        """(True, value) for a yacs config tree's default (`ProjectIndex.cfgtree_default`)."""
+        return self._found(("cfgtree", key), lambda: self.index.cfgtree_default(key))  # type: ignore[union-attr]
+
     def constant(self, ref: str):
         """(True, value) for a literal constant imported from a project module."""
         return self._found(("const", ref), lambda: self.index.constant(self.path, ref))  # type: ignore[union-attr]
@@ -764,10 +776,11 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "unused": view.never_used, "ctor": view.only_while_building,
                   "graphm": view.graph_collate_method, "graphf": view.graph_collate,
                   "trainsin": view.file_of_trains, "attr-read": view.attribute_read_elsewhere,
-                  "rejects": view.method_rejects, "launch": lambda *a: (view.launched_option if a[0] == "launched" else view.documented_option)(
-                      *a[1:]) if a else view.documented_on_one_gpu(),
+                  "rejects": view.method_rejects,
+                  "launch": lambda *a: {"launched": view.launched_option, "yamlkey": view.yaml_sets}.get(
+                      a[0], view.documented_option)(*a[1:]) if a else view.documented_on_one_gpu(),
                   "anyset": view.sets_up_anywhere, "hasmod": view.has_module, "ddp": view.param_may_be_ddp,
-                  "pval": view.param_value}.get(kind)
+                  "pval": view.param_value, "cfgtree": view.cfgtree_default}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

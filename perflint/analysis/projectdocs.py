@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from perflint.analysis.launches import gpus_of_runs, launched_option_values, option_in_docs, option_of_runs
+from perflint.analysis.launches import gpus_of_runs, launched_option_values, option_in_docs, option_of_runs, yaml_sets
 
 
 class DocumentQuestions:
@@ -57,3 +57,7 @@ class DocumentQuestions:
             files = sorted({self.path, *(caller for caller, _ in sites or ())})
             return [v for f in files for v in launched_option_values(self.index.root, f, name)]  # type: ignore[attr-defined]
         return self._ask(("launch", "launched", name, symbol), lambda: compute() or None)
+
+    def yaml_sets(self, key: str) -> bool:
+        """Whether a YAML file of the project sets `key` (`analysis.launches.yaml_sets`)."""
+        return bool(self._ask(("launch", "yamlkey", key), lambda: yaml_sets(self.index.root, key) or None))  # type: ignore[attr-defined]

@@ -29,7 +29,7 @@ import libcst as cst
 
 from perflint.analysis.callers import PARAM_KINDS
 from perflint.analysis.project import RESULT_KINDS
-from perflint.analysis.summary_names import dunder_all, top_level_library_aliases
+from perflint.analysis.summary_names import config_tree_defaults, dunder_all, top_level_library_aliases
 from perflint.analysis.summary_types import CallRecord, ClassInfo, FunctionInfo, ModuleSummary, Signature
 from perflint.analysis.devices import _device_string_kinds
 from perflint.analysis.syntax import (NOT_LITERAL, argparse_dest, call_name, get_arg, has_splat, is_main_guard,
@@ -765,6 +765,9 @@ def summarise(facts, lines) -> ModuleSummary:
     exported = dunder_all(facts)
     if exported is not None:
         summary["all"] = exported
+    tree = config_tree_defaults(facts)
+    if tree:
+        summary["cfgtree"] = tree
     summary["calls"] = _calls(facts, lines)
     summary["attrs"] = _blind_attributes(facts, summary["calls"])
     refs = _escapes(facts)

@@ -90,6 +90,7 @@ class ModuleSummary(TypedDict):
     main_settings: NotRequired[List[str]]  # the same, under `if __name__ == "__main__":`
     all: NotRequired[List[str]]  # `__all__`
     refs: NotRequired[List[str]]  # project functions named other than by a call
+    cfgtree: NotRequired[Dict[str, JsonScalar]]  # yacs config defaults: "TRAIN.ACCUMULATION_STEPS" → 1
 
 
 # -- reading summaries -------------------------------------------------------------------

@@ -579,7 +579,8 @@ def off_by_default(facts: Facts, node: cst.CSTNode) -> bool:
     `if args.n_gpu > 1:` with `add_argument('--n_gpu', default=1)` (in this file or a project
     module), `if self.args.use_multi_gpu and self.args.use_gpu:` with a `store_true` flag,
     `nb_gpus = len(args.gpu.split(','))` … `if nb_gpus > 1:` with `default='0'`, `if use_amp:`
-    on a parameter every caller passes `use_amp=args.use_amp` (`_passed_value`); or in the
+    on a parameter every caller passes `use_amp=args.use_amp` (`_passed_value`), `if
+    config.TRAIN.ACCUMULATION_STEPS > 1:` on a yacs tree's default (`config_tree_value`); or in the
     `else:` of a test such a run passes."""
     cur = node
     for anc in facts.tree.ancestors(node):
@@ -626,6 +627,8 @@ def _default_value(facts: Facts, expr: cst.BaseExpression, depth: int = 0):
     if v is not NOT_LITERAL:
         return v
     if isinstance(expr, cst.Attribute):
+        if len([p for p in (dotted(expr) or "").split(".") if p != "self"]) >= 3:
+            return config_tree_value(facts, expr)  # `config.TRAIN.ACCUMULATION_STEPS`
         if _assigned_in_file(facts, expr.attr.value):
             return _UNKNOWN  # `args.n_gpu = torch.cuda.device_count()`: not the default any more
         found, default = facts.cross.option_default(expr, callers=True)
@@ -662,6 +665,26 @@ def _default_value(facts: Facts, expr: cst.BaseExpression, depth: int = 0):
         if isinstance(text, str) and isinstance(sep, str) and sep:
             return text.split(sep)
     return _UNKNOWN
+
+
+def config_tree_value(facts: Facts, expr: cst.BaseExpression):
+    """The default of `config.TRAIN.ACCUMULATION_STEPS` set on a yacs config tree of the
+    project (`_C.TRAIN.ACCUMULATION_STEPS = 1`), when no YAML file of the project sets
+    `ACCUMULATION_STEPS` and no documented run of this script passes
+    `--accumulation-steps` (a script no document runs: no document passes it); else
+    `_UNKNOWN`. Swin-Transformer's `get_started.md` passes `--accumulation-steps 2` to
+    `main.py` only: its other scripts run with the default."""
+    parts = [p for p in (dotted(expr) or "").split(".") if p != "self"]
+    if len(parts) < 3 or parts[0].lstrip("_").lower() not in ("config", "cfg", "conf", "c") or facts.project is None:
+        return _UNKNOWN
+    found, value = facts.project.cfgtree_default(".".join(parts[1:]))
+    if not found or facts.project.yaml_sets(parts[-1]):
+        return _UNKNOWN
+    flag = parts[-1].lower()
+    runs = facts.project.documented_option(flag)
+    if (any(v is not None for v in runs) if runs else facts.project.documented_option(flag, anywhere=True)):
+        return _UNKNOWN
+    return value
 
 
 def _passed_value(facts: Facts, name: cst.Name):

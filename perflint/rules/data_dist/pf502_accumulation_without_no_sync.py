@@ -12,6 +12,7 @@ from perflint.analysis import Facts, call_name, get_arg, iter_nodes, literal_val
 from perflint.analysis.summary import _symbol_of
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import (
+    config_tree_value,
     enclosing_block,
     forward_range,
     insert_after_imports,
@@ -39,6 +40,11 @@ def _by_one_by_default(facts: Facts, test: cst.BaseExpression) -> bool:
                 break
             k = bs[0].node
         found, default = facts.cross.option_default(k, callers=True)
+        if not found and isinstance(k, cst.Attribute):
+            default = config_tree_value(facts, k)  # `config.TRAIN.ACCUMULATION_STEPS`: Swin's `main_moe.py`
+            found = not isinstance(default, bool) and default == 1
+            if found:
+                continue
         if not (found and default == 1 and not isinstance(default, bool)):
             return False
         name = k.attr.value if isinstance(k, cst.Attribute) else getattr(k, "value", None)
@@ -192,7 +198,11 @@ class AccumulationWithoutNoSync(Rule):
     false) — unless a documented multi-process launch of the script, or of a script that
     calls the function, passes the option another value (`python -m
     torch.distributed.launch --nproc_per_node=8 main.py --update_freq 4` in ConvNeXt's
-    TRAINING.md). A single-process run that accumulates has no DDP model to all-reduce.
+    TRAINING.md). A single-process run that accumulates has no DDP model to all-reduce. The
+    default may also come from a yacs config tree (`_C.TRAIN.ACCUMULATION_STEPS = 1`, read as
+    `config.TRAIN.ACCUMULATION_STEPS`) that no YAML file of the project sets and no documented
+    run of the script raises (`--accumulation-steps 2`: Swin-Transformer runs `main.py` so,
+    not `main_moe.py`).
     Nor in a branch that a run with every option at its default does not take (`if
     use_amp:`, where every caller passes `use_amp=args.use_amp` with a false default and
     no document passes `--use_amp`: DynamicViT's `engine.py`).
