@@ -30,26 +30,34 @@ _LAUNCHER = re.compile(r"(?:torchrun|torch\.distributed\.(?:launch|run)|accelera
                        r"[^;&|]*?\s([\w./\-]+\.py)\b")
 
 
-def _texts(root: str) -> list[tuple[str, str]]:
-    """(path, text) of the project's README/Markdown files and shell scripts."""
-    out: list[tuple[str, str]] = []
+def _files(root: str, wanted):
+    """Paths of the project's files whose lower-cased name `wanted` accepts, folders in
+    sorted order, skipping hidden, virtual-environment and build folders."""
     for d, dirs, files in os.walk(root):
         dirs[:] = sorted(x for x in dirs if x not in _SKIP_DIRS and not x.startswith("."))
         for name in sorted(files):
-            low = name.lower()
-            if not (low.endswith((".md", ".sh", ".bash", ".rst", ".txt")) and (
-                    low.endswith((".sh", ".bash")) or low.startswith("readme") or low.endswith(".md"))):
+            if wanted(name.lower()):
+                yield os.path.join(d, name)
+
+
+def _is_doc(low: str) -> bool:
+    return low.endswith((".md", ".sh", ".bash", ".rst", ".txt")) and (
+        low.endswith((".sh", ".bash")) or low.startswith("readme") or low.endswith(".md"))
+
+
+def _texts(root: str) -> list[tuple[str, str]]:
+    """(path, text) of the project's README/Markdown files and shell scripts."""
+    out: list[tuple[str, str]] = []
+    for path in _files(root, _is_doc):
+        try:
+            if os.path.getsize(path) > MAX_BYTES:
                 continue
-            path = os.path.join(d, name)
-            try:
-                if os.path.getsize(path) > MAX_BYTES:
-                    continue
-                with open(path, "rb") as fh:
-                    out.append((path, fh.read().decode("utf-8", "replace")))
-            except OSError:
-                continue
-            if len(out) >= MAX_FILES:
-                return out
+            with open(path, "rb") as fh:
+                out.append((path, fh.read().decode("utf-8", "replace")))
+        except OSError:
+            continue
+        if len(out) >= MAX_FILES:
+            return out
     return out
 
 
@@ -57,21 +65,15 @@ def yaml_sets(root: str, key: str) -> bool:
     """Whether a YAML file of the project sets `key` (a line `KEY: value`, at any depth): a
     run that loads it may change the default of a yacs config tree."""
     line = re.compile(rf"^\s*{re.escape(key)}\s*:", re.M)
-    seen = 0
-    for d, dirs, files in os.walk(root):
-        dirs[:] = sorted(x for x in dirs if x not in _SKIP_DIRS and not x.startswith("."))
-        for name in sorted(files):
-            if not name.lower().endswith((".yaml", ".yml")):
-                continue
-            seen += 1
-            if seen > MAX_FILES * 10:
-                return True  # too many to read: may be set
-            try:
-                with open(os.path.join(d, name), "rb") as fh:
-                    if line.search(fh.read(MAX_BYTES).decode("utf-8", "replace")):
-                        return True
-            except OSError:
-                return True
+    for seen, path in enumerate(_files(root, lambda low: low.endswith((".yaml", ".yml")))):
+        if seen >= MAX_FILES * 10:
+            return True  # too many to read: may be set
+        try:
+            with open(path, "rb") as fh:
+                if line.search(fh.read(MAX_BYTES).decode("utf-8", "replace")):
+                    return True
+        except OSError:
+            return True
     return False
 
 

@@ -18,9 +18,7 @@ class DocumentQuestions:
     index: object
     path: str
     _read: Callable[[str], bytes | None]  # `project.read_regular`
-
-    def _ask(self, key: tuple, compute):  # pragma: no cover - `ProjectView._ask`
-        raise NotImplementedError
+    _ask: Callable  # `ProjectView._ask(key, compute)`: records the question and its answer
 
     def config_data(self, literal: str):
         """The parsed content of a YAML/JSON file of the project that this file loads by the
