@@ -140,17 +140,26 @@ class Loops(Component):
         when `guard`'s test holds (MAE's and ConvNeXt's `loss_scaler(loss, optimizer,
         update_grad=(i + 1) % k == 0)`, then `if (i + 1) % k == 0: optimizer.zero_grad()`):
         the guarded code runs with each optimizer step."""
+        if not self._update_grad_calls:
+            return False  # (asked for every `if` around every node: most files have no such call)
         where = self.tree.block_of(guard)
         if where is None:
             return False
-        test = "".join(cst.Module([]).code_for_node(guard.test).split())
+        test = _squeezed(guard.test)
         for stmt in list(where[0].body)[:where[1]]:
             for c in iter_nodes(stmt):
-                if isinstance(c, cst.Call) and self.steps.is_scaler_call_step(c) and any(
+                if isinstance(c, cst.Call) and c in self._update_grad_calls and any(
                         a.keyword is not None and a.keyword.value == "update_grad"
-                        and "".join(cst.Module([]).code_for_node(a.value).split()) == test for a in c.args):
+                        and _squeezed(a.value) == test for a in c.args):
                     return True
         return False
+
+    @cached_property
+    def _update_grad_calls(self) -> frozenset[cst.Call]:
+        """The file's callable-scaler steps that pass `update_grad=`."""
+        return frozenset(c for c in self.tree.index[cst.Call]
+                         if any(a.keyword is not None and a.keyword.value == "update_grad" for a in c.args)
+                         and self.steps.is_scaler_call_step(c))
 
     def runs_each_time(self, node: cst.CSTNode, container: cst.CSTNode, nested_functions: bool) -> bool:
         """Whether `node` runs each time `container` (a loop body, a function) runs: not in a
@@ -407,3 +416,7 @@ def after_latch(node: cst.CSTNode, branch: cst.If) -> bool:
                 return True
     return False
 
+
+def _squeezed(node: cst.CSTNode) -> str:
+    """`node`'s source without whitespace (`(i + 1) % k == 0` as `(i+1)%k==0`)."""
+    return "".join(cst.Module([]).code_for_node(node).split())
