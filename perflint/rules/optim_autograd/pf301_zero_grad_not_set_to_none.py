@@ -59,6 +59,9 @@ class ZeroGradNotSetToNone(Rule):
     on a parameter of the function (whatever the callers pass) in a file that defines or
     imports such an optimizer wrapper, one with a `step` (fastai's `OptimWrapper`, handed to
     `loss_batch(..., opt)` in DeOldify; a model container's `zero_grad(self)` does not count), nor
+    on a name or `self.` attribute that may hold a library wrapper whose `zero_grad` takes no
+    `set_to_none` (apex's `LARC`, wrapped around SGD under SimSiam's documented `--lars`; apex's
+    `FP16_Optimizer`; fairseq's optimizers), nor on a parameter in a file that builds one, nor
     for `super().zero_grad()` in a class none of whose bases is a torch optimizer or module
     (nanotron's optimizer wrappers calling their base wrapper's). Not in a function named
     for evaluation or inspection (`val`, `evaluate`, `gradcam` …) that steps no optimizer:
@@ -143,6 +146,8 @@ def _wrapper_receiver(facts: Facts, recv: cst.BaseExpression) -> bool:
         cls = facts.tree.enclosing_class(recv)
         return cls is not None and not any((facts.tree.qualname(b.value) or "").startswith(("torch.optim.", "torch.nn."))
                                            for b in cls.bases)
+    if _builds_library_wrapper(facts) and (_parameter(facts, recv) or _holds_library_wrapper(facts, recv)):
+        return True  # apex's `LARC(optimizer)` under `--lars` (SimSiam), passed to `train(..., optimizer)`
     ref = facts.cross.instance_class(recv)
     if ref is None:
         return _parameter(facts, recv) and _a_class_rejects_set_to_none(facts)
@@ -159,6 +164,37 @@ def _wrapper_receiver(facts: Facts, recv: cst.BaseExpression) -> bool:
         return not any(b.startswith(("torch.optim.", "torch.nn.")) for b in bases) and Kind.MODEL not in facts.kinds.of(recv)
     kinds = facts.project.class_kinds(ref) if facts.project is not None else frozenset()
     return not ({Kind.MODEL, Kind.OPTIMIZER} & set(kinds))
+
+
+def _library_wrapper(qualname: str) -> bool:
+    """A library's optimizer wrapper whose `zero_grad` takes no `set_to_none`: apex's `LARC`
+    (`zero_grad(self)`) and `FP16_Optimizer` (`zero_grad(self, set_grads_to_None=False)`),
+    fairseq's optimizer classes (`zero_grad(self)`)."""
+    return qualname.startswith("apex.") and qualname.rsplit(".", 1)[-1] in ("LARC", "FP16_Optimizer") \
+        or qualname.startswith("fairseq.optim.")
+
+
+def _builds_library_wrapper(facts: Facts) -> bool:
+    """The file builds such a wrapper somewhere (once per file)."""
+    got = facts.__dict__.get("_pf301_library_wrapper")
+    if got is None:
+        got = facts.__dict__["_pf301_library_wrapper"] = any(_library_wrapper(q) for q in facts.tree._calls_by_qualname)
+    return got
+
+
+def _holds_library_wrapper(facts: Facts, recv: cst.BaseExpression) -> bool:
+    """`recv` may be bound to such a wrapper: a name one of whose bindings reaching it is one
+    (`optimizer = LARC(optimizer)` under an option), or `self.optimizer` bound to one in its
+    class."""
+    if isinstance(recv, cst.Name):
+        bindings = facts.bindings.lookup(recv.value, recv)
+    elif isinstance(recv, cst.Attribute) and isinstance(recv.value, cst.Name) and recv.value.value == "self":
+        cls = facts.tree.enclosing_class(recv)
+        bindings = facts.bindings.attr_bindings.get(cls, {}).get(recv.attr.value, []) if cls is not None else []
+    else:
+        return False
+    values = [b.value() for b in bindings]
+    return any(isinstance(v, cst.Call) and _library_wrapper(facts.tree.qualname(v.func) or "") for v in values)
 
 
 def _parameter(facts: Facts, recv: cst.BaseExpression) -> bool:
