@@ -212,7 +212,7 @@ def _analyze(text: str, path: str, rules, target, project=None, module=None, tre
     """The facts of one file and every rule's findings.  `tree`: the facts of an analysis of
     the same `module` whose walk this one takes over (that analysis is not used again)."""
     from perflint.analysis import Facts
-    from perflint.analysis.unused import in_unused_function
+    from perflint.analysis.unused import nothing_runs
 
     if module is None:
         module, err = _parse(text, path)
@@ -231,8 +231,8 @@ def _analyze(text: str, path: str, rules, target, project=None, module=None, tre
         try:
             for v in rule.check(facts):
                 # Not in a branch no run takes (`else:` of an always-true option), nor in a
-                # function the project never calls.
-                if not facts.throttles.never_runs(v.node) and not in_unused_function(facts, v.node):
+                # function the project never calls, nor in a module nothing imports.
+                if not facts.throttles.never_runs(v.node) and not nothing_runs(facts, v.node):
                     findings.append((rule, v))
         except Exception as exc:  # noqa: BLE001 - one broken rule must not take the run down
             import traceback

@@ -268,7 +268,7 @@ class ProjectPhase:
         self.summaries: dict[str, dict[str, dict]] = {}
         self.indexes: dict[str, ProjectIndex] = {}
         self._sha_of_abs: dict[str, str] = {}
-        self._stamps: dict[str, str] = {}
+        self._stamps: dict[str, str | None] = {}
         self._root_of_abs: dict[str, str] = {}
         for k in keys:
             root = self.roots[k]
@@ -432,6 +432,11 @@ class ProjectPhase:
             parts = [root, "\0".join(sorted(index.all_files)),
                      "\0".join(f"{p}:{shas.get(p, '?')}" for p in sorted(index.summaries))]
             got = self._stamps[root] = digest("\1".join(parts).encode())[:20]
+        if any(q.startswith('["orphan"') for q in questions):
+            other = self._text_stamp(root)
+            if other is None:
+                return None
+            got = got + other
         if any(q.startswith(('["unused"', '["anyset"')) for q in questions):
             other = self._stamps.get("\0unsummarised:" + root)
             if other is None:
@@ -450,6 +455,24 @@ class ProjectPhase:
                 other = self._stamps["\0unsummarised:" + root] = digest("\0".join(marks).encode())[:20]
             got = got + other
         return got
+
+    def _text_stamp(self, root: str) -> str | None:
+        """Sizes and times of every file `never_imported` reads (`orphans.text_files`)."""
+        key = "\0texts:" + root
+        if key not in self._stamps:
+            from perflint.analysis.orphans import text_files
+            from perflint.cache import digest
+
+            marks = []
+            for f in text_files(root) or ():
+                try:
+                    st = os.stat(f)
+                except OSError:
+                    marks = []
+                    break
+                marks.append(f"{f}:{st.st_size}:{st.st_mtime_ns}")
+            self._stamps[key] = digest("\0".join(marks).encode())[:20] if marks else None
+        return self._stamps[key]
 
     def digest(self, key: str, questions: list[str]) -> str:
         from perflint.analysis.project import answers_digest

@@ -256,3 +256,48 @@ def test_importers_are_the_files_whose_import_lines_name_a_target(tmp_path, line
     got = importers({str(user)}, targets, skip=set(), lines=ImportLines(None))
     named = {Path(t).stem if Path(t).name != "__init__.py" else Path(t).parent.name for t in targets}
     assert (got == {str(user)}) == bool(found & named), line
+
+
+_ORPHAN = """\
+    import torch
+
+
+    def train_epoch(model, optimizer, loader):
+        for batch in loader:
+            loss = model(batch.cuda()).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+_ENTRY = """\
+    import torch
+
+
+    def main():
+        print(torch.__version__)
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+@pytest.mark.parametrize("pyproject, reported", [
+    ('[tool.black]\nline-length = 100\n', False),  # a collection of scripts: the orphan never runs
+    ('[project]\nname = "graphs"\nversion = "0.1"\n', True),  # a library: its users import the module
+    ('[build-system]\nrequires = ["setuptools"]\n', True),
+])
+def test_a_module_nothing_imports_is_silent_only_where_nothing_can_install_it(tmp_path, monkeypatch, pyproject, reported):
+    write(tmp_path, {"pyproject.toml": pyproject + '[tool.perflint]\ntarget-torch = "1.13"\n',
+                     "main.py": _ENTRY, "leftover.py": _ORPHAN})
+    monkeypatch.chdir(tmp_path)
+    r = run("check", ".", "--no-cache", "--output-format", "json", "--select", "PF301")
+    assert findings(r) == ([("leftover.py", 7, "PF301")] if reported else [])
+
+
+def test_a_setup_py_makes_a_library(tmp_path, monkeypatch):
+    write(tmp_path, {"pyproject.toml": '[tool.perflint]\ntarget-torch = "1.13"\n', "setup.py": "from setuptools import setup\nsetup()\n",
+                     "main.py": _ENTRY, "leftover.py": _ORPHAN})
+    monkeypatch.chdir(tmp_path)
+    r = run("check", ".", "--no-cache", "--output-format", "json", "--select", "PF301")
+    assert findings(r) == [("leftover.py", 7, "PF301")]

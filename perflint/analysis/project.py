@@ -780,7 +780,8 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "launch": lambda *a: {"launched": view.launched_option, "yamlkey": view.yaml_sets}.get(
                       a[0], view.documented_option)(*a[1:]) if a else view.documented_on_one_gpu(),
                   "anyset": view.sets_up_anywhere, "hasmod": view.has_module, "ddp": view.param_may_be_ddp,
-                  "pval": view.param_value, "cfgtree": view.cfgtree_default}.get(kind)
+                  "pval": view.param_value, "cfgtree": view.cfgtree_default,
+                  "orphan": view.never_imported}.get(kind)
         if method is not None:
             method(*args)
         h.update(k.encode())

@@ -56,6 +56,14 @@ class DocumentQuestions:
             return [v for f in files for v in launched_option_values(self.index.root, f, name)]  # type: ignore[attr-defined]
         return self._ask(("launch", "launched", name, symbol), lambda: compute() or None)
 
+    def never_imported(self) -> bool:
+        """Whether nothing in the project imports this module (`analysis.orphans`: it reads the
+        import statements of every file and document; `orphans.text_files` lists them for the
+        cache's stamp)."""
+        from perflint.analysis.orphans import never_imported
+
+        return bool(self._ask(("orphan",), lambda: never_imported(self.index, self.path) or None))
+
     def yaml_sets(self, key: str) -> bool:
         """Whether a YAML file of the project sets `key` (`analysis.launches.yaml_sets`)."""
         return bool(self._ask(("launch", "yamlkey", key), lambda: yaml_sets(self.index.root, key) or None))  # type: ignore[attr-defined]

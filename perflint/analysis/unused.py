@@ -1,6 +1,7 @@
 """Code nothing runs: a top-level function of a helper module that the project imports for
-other names and never calls (see `ProjectIndex.never_used`).  A finding inside it costs no
-time, so the engine drops it, as it drops one in a branch no run takes."""
+other names and never calls (see `ProjectIndex.never_used`), or any function of a module
+that nothing imports (see `analysis.orphans`).  A finding inside it costs no time, so the
+engine drops it, as it drops one in a branch no run takes."""
 
 from __future__ import annotations
 
@@ -10,6 +11,46 @@ from perflint.analysis.syntax import is_main_guard
 
 # Names whose use in a file means its functions may be found by name at run time.
 _DISPATCH = frozenset({"globals", "locals", "vars", "Fire", "import_module", "__import__", "modules"})
+
+
+def nothing_runs(facts, node: cst.CSTNode) -> bool:
+    """`node` sits in code nothing in the project runs (either kind above)."""
+    return in_unused_function(facts, node) or in_orphan_module(facts, node)
+
+
+def in_orphan_module(facts, node: cst.CSTNode) -> bool:
+    """`node` sits in a function (or method) of a module that nothing in the project imports
+    (`ProjectView.never_imported`) and whose top-level code, run as a script, calls none of
+    its own functions or classes: not a script (`if __name__ == "__main__":`, a call of its
+    `main()`), and no name looked up at run time (`globals()`, `fire.Fire()`)."""
+    project = facts.project
+    if project is None or (facts.tree.enclosing_function(node) is None and not isinstance(node, cst.FunctionDef)):
+        return False  # top-level code (or a class body) runs when the file is run as a script
+    if _runs_by_name(facts) or _runs_own_code(facts):
+        return False
+    return project.never_imported()
+
+
+def _runs_own_code(facts) -> bool:
+    """The file's top-level code (class bodies included) names one of its top-level
+    functions or classes: run as a script, it runs them (once per file)."""
+    got = facts.__dict__.get("_runs_own_code")
+    if got is None:
+        got = False
+        tree = facts.tree
+        names = {s.name.value for s in facts.module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
+        for name in names:
+            for n in facts.filewide.words.name_nodes.get(name, ()):
+                parent = tree.parent(n)
+                if isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and parent.name is n:
+                    continue  # its own `def`
+                if not any(isinstance(a, (cst.FunctionDef, cst.Lambda)) for a in tree.ancestors(n)):
+                    got = True
+                    break
+            if got:
+                break
+        facts.__dict__["_runs_own_code"] = got
+    return got
 
 
 def in_unused_function(facts, node: cst.CSTNode) -> bool:
