@@ -177,6 +177,18 @@ def launched_option_values(root: str, path: str, name: str) -> list[str]:
     return out
 
 
+def launched_option_each(root: str, path: str, name: str) -> list[str | None]:
+    """For each documented multi-process launch of the script at `path`, the value it passes
+    to its option `name`, or None where it passes none."""
+    given = _flag(name)
+    out: list[str | None] = []
+    for line, end, launched, _ in _runs(root, path):
+        if launched:
+            m = given.search(line[end:])
+            out.append(m.group(1).strip("\"'") or None if m else None)
+    return out
+
+
 def option_of_runs(root: str, path: str, name: str) -> list[str | None]:
     """For each documented run of the script at `path`, the value it passes to the option
     whose argparse name is `name` (`--name 4`, `--name=4`, also spelled with dashes), or

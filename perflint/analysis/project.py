@@ -777,7 +777,8 @@ def answers_digest(index: ProjectIndex | None, path: str, questions: list[str], 
                   "graphm": view.graph_collate_method, "graphf": view.graph_collate,
                   "trainsin": view.file_of_trains, "attr-read": view.attribute_read_elsewhere,
                   "rejects": view.method_rejects,
-                  "launch": lambda *a: {"launched": view.launched_option, "yamlkey": view.yaml_sets}.get(
+                  "launch": lambda *a: {"launched": view.launched_option, "yamlkey": view.yaml_sets,
+                                        "each": view.launched_each}.get(
                       a[0], view.documented_option)(*a[1:]) if a else view.documented_on_one_gpu(),
                   "anyset": view.sets_up_anywhere, "hasmod": view.has_module, "ddp": view.param_may_be_ddp,
                   "pval": view.param_value, "cfgtree": view.cfgtree_default,

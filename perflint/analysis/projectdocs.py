@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from perflint.analysis.launches import gpus_of_runs, launched_option_values, option_in_docs, option_of_runs, yaml_sets
+from perflint.analysis.launches import (gpus_of_runs, launched_option_each, launched_option_values, option_in_docs,
+                                        option_of_runs, yaml_sets)
 
 
 class DocumentQuestions:
@@ -63,6 +64,12 @@ class DocumentQuestions:
         from perflint.analysis.orphans import never_imported
 
         return bool(self._ask(("orphan",), lambda: never_imported(self.index, self.path) or None))
+
+    def launched_each(self, name: str) -> list | None:
+        """For each documented multi-process launch of this script, the value it passes to its
+        option `name` (None where it passes none); None when no document launches it."""
+        return self._ask(("launch", "each", name),
+                         lambda: launched_option_each(self.index.root, self.path, name) or None)  # type: ignore[attr-defined]
 
     def yaml_sets(self, key: str) -> bool:
         """Whether a YAML file of the project sets `key` (`analysis.launches.yaml_sets`)."""

@@ -11,6 +11,7 @@ from perflint.edits import code
 from perflint.analysis import Facts, call_name, get_arg, iter_nodes, literal_value
 from perflint.analysis.summary import _symbol_of
 from perflint.rules.base import FixClass, Rule, Violation
+from perflint.rules.data_dist.folding import always_one
 from perflint.rules.common import (
     config_tree_value,
     enclosing_block,
@@ -39,6 +40,8 @@ def _by_one_by_default(facts: Facts, test: cst.BaseExpression) -> bool:
             if len(bs) != 1 or bs[0].how != "expr" or bs[0].node is None:
                 break
             k = bs[0].node
+        if always_one(facts, m.right):
+            continue  # YOLO's `accumulate = max(round(64 / total_batch_size), 1)`, launched with `--batch-size 128`
         found, default = facts.cross.option_default(k, callers=True)
         if not found and isinstance(k, cst.Attribute):
             default = config_tree_value(facts, k)  # `config.TRAIN.ACCUMULATION_STEPS`: Swin's `main_moe.py`
@@ -202,7 +205,13 @@ class AccumulationWithoutNoSync(Rule):
     default may also come from a yacs config tree (`_C.TRAIN.ACCUMULATION_STEPS = 1`, read as
     `config.TRAIN.ACCUMULATION_STEPS`) that no YAML file of the project sets and no documented
     run of the script raises (`--accumulation-steps 2`: Swin-Transformer runs `main.py` so,
-    not `main_moe.py`).
+    not `main_moe.py`). Nor when the count, folded over the documented multi-process
+    launches, is 1 in each (`rules/data_dist/folding.py`): YOLOv4's and YOLOv7's `accumulate =
+    max(round(nbs / total_batch_size), 1)` with `nbs = 64` and `opt.total_batch_size =
+    opt.batch_size`, launched with `--batch-size 128` (and the warm-up's `max(1,
+    np.interp(ni, xi, [1, nbs / total_batch_size]).round())`); a launch that passes
+    `--batch-size 32` makes it 2, and the rule reports (a strict review counted three such
+    YOLO findings false).
     Nor in a branch that a run with every option at its default does not take (`if
     use_amp:`, where every caller passes `use_amp=args.use_amp` with a false default and
     no document passes `--use_amp`: DynamicViT's `engine.py`).
