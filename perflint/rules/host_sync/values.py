@@ -468,7 +468,7 @@ def consumed_on_host(facts: Facts, value: cst.CSTNode) -> bool:
         if isinstance(a, cst.Attribute) and a.value is cur and isinstance(facts.tree.parent(a), cst.Call):
             q = facts.tree.qualname(a) or ""
             if a.attr.value in ("astype", "transpose", "squeeze", "reshape") and not q.startswith("torch."):
-                return Kind.NUMPY in facts.kinds.of(cur) or call_name(value) == "numpy"
+                return Kind.NUMPY in facts.kinds.of(cur) or isinstance(value, cst.Call) and call_name(value) == "numpy"
             return False
         if isinstance(a, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             return False
