@@ -60,6 +60,10 @@ class _Analysis:
     facts: object
     findings: list  # (rule, Violation)
     errors: list[FileError] = field(default_factory=list)
+    # Set when the module summary follows the findings: the positions pass of the findings then
+    # also records every call's range, which the summary's per-step call lines reuse (one
+    # rendering of the module instead of two).
+    call_offsets: dict | None = None
 
 
 class _RuleSet:
@@ -261,7 +265,10 @@ def _to_diagnostics(src: Source, text: str, analysis: _Analysis, options: LintOp
         if options.with_edits else []
     why_of = _why_steps(analysis)
     anchors = [s.node for steps in why_of.values() for s in steps if s.node is not None]
-    offsets = node_offsets(module, [v.node for _, v in analysis.findings] + anchors, whole, replaced)
+    calls = analysis.facts.tree.calls() if analysis.call_offsets is not None else []
+    offsets = node_offsets(module, [v.node for _, v in analysis.findings] + anchors + list(calls), whole, replaced)
+    if calls:
+        analysis.call_offsets = offsets
     from perflint.noqa import parse_suppressions
 
     lines = LineIndex(text)
@@ -443,6 +450,8 @@ def lint_bytes(path: str, raw: bytes | None, options: LintOptions, project=None,
         analysis = _analyze(src.text, path, () if other else _runnable(rules, src.text, options), options.target_torch,
                             project)
         _kept_analysis(path, src.text, analysis)
+        if not isinstance(analysis, FileError):
+            analysis.call_offsets = {}
         # The findings (and the questions they asked) first: the summary asks questions of
         # its own, which no finding depends on.
         _finish(result, src, analysis, options, project)
@@ -537,8 +546,11 @@ def _summary_of(analysis: _Analysis, text: str) -> dict | None:
     def lines(node) -> int:
         if "offsets" not in state:
             # The calls that run per step: their lines are needed, computed in one pass.
-            wanted = [c for c in facts.tree.calls() if facts.loops.iteration_context(c) is not None]
-            state["offsets"] = node_offsets(module, wanted)
+            if analysis.call_offsets:  # the findings' positions pass recorded every call
+                state["offsets"] = analysis.call_offsets
+            else:
+                wanted = [c for c in facts.tree.calls() if facts.loops.iteration_context(c) is not None]
+                state["offsets"] = node_offsets(module, wanted)
             state["lines"] = LineIndex(text)
         got = state["offsets"].get(node)
         return state["lines"].row_col(got[0])[0] if got else 0
