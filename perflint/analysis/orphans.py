@@ -1,9 +1,10 @@
 """Modules nothing imports: a helper module of a project of scripts that no file of the
 project imports, by any spelling (no import statement in any Python file, notebook, README
-or shell script names it, no config file names it, nothing imports by a computed name), and
-whose own top-level code calls none of its functions or classes.  Its functions never run:
-a finding inside them costs no time (GraphCL's `train_molecules_graph_regression.py` next to
-the `train_*.py` modules its entry scripts do import; dlrm's `dlrm_data_caffe2.py`).
+or shell script names it, no dotted name in them names it, no config file names it, nothing
+imports by a computed name), and whose own top-level code calls none of its functions or
+classes.  Its functions never run: a finding inside them costs no time (GraphCL's
+`train_molecules_graph_regression.py` next to the `train_*.py` modules its entry scripts do
+import; the speaker-encoder `train.py` that Speech-Backbones copied without its script).
 
 A module is unsure wherever the project imports by a computed name (`importlib.import_module`,
 `__import__`, `exec`) in a file of the module's own top-level folder, or at the project's root:
@@ -28,12 +29,19 @@ _SETUP_CFG_TABLES = re.compile(rb"^[ \t]*\[(?:metadata|options)\]", re.M)
 _PYPROJECT_TABLES = re.compile(rb"^[ \t]*\[(?:project|build-system|tool\.poetry|tool\.setuptools|tool\.flit[\w.]*|tool\.hatch[\w.]*)\]", re.M)
 _NEVER_ORPHANS = frozenset({"__init__", "__main__", "conftest", "hubconf", "setup"})
 # Importing by a computed name: any of these in the project and no module is sure to be unread.
-_DYNAMIC = re.compile(rb"import_module\s*\(|__import__\s*\(|load_source\s*\(|spec_from_file_location\s*\(|"
+_DYNAMIC = re.compile(rb"import_module\s*\(|__import__\s*\(|load_source\s*\(|spec_from_file_location\s*\(|\blocate\s*\(|"
                       rb"run_path\s*\(|run_module\s*\(|load_module\s*\(|\bexec\s*\(|SourceFileLoader|"
                       rb"importlib\.import|\bimp\.load")
 _IMPORT = re.compile(rb"(?:^|[\n;:>\"'])[ \t]*(?:from[ \t]+([\w. \t]+?)[ \t]+import[ \t]+(\([^)]*\)|[^\n;\"'\\]*)"
                      rb"|import[ \t]+([^\n;\"'\\]*))")
 _WORD = re.compile(rb"\w+")
+# A dotted name anywhere in a document or a Python string names modules too (`--model
+# mypkg.models.Net` for a CLI that imports by path, `"models.resnet.ResNet"` for `pydoc.locate`).
+_DOTTED = re.compile(rb"\b\w+(?:\.\w+)+\b")
+_DOTTED_STRING = re.compile(rb"[\"']\s*(\w+(?:\.\w+)+)\s*[\"']")
+_FILE_SUFFIXES = frozenset({b"py", b"sh", b"bash", b"md", b"txt", b"yaml", b"yml", b"json", b"toml", b"cfg", b"ini",
+                            b"ipynb", b"pt", b"pth", b"ckpt", b"bin", b"npy", b"npz", b"pkl", b"h5", b"csv", b"tsv",
+                            b"png", b"jpg", b"jpeg", b"gif", b"wav", b"mp4", b"zip", b"tar", b"gz", b"html", b"log"})
 _MAIN_GUARD = re.compile(rb"__name__\s*==\s*['\"]__main__['\"]|['\"]__main__['\"]\s*==\s*__name__")
 _CONFIG = (".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".jsonnet")
 _MAX_BYTES = 2_000_000
@@ -87,6 +95,11 @@ def _words(index) -> tuple[frozenset[bytes], frozenset[str]] | None:
             for part in m.groups():
                 if part:
                     words.update(_WORD.findall(part))
+        code = low.endswith((".py", ".ipynb"))
+        for m in (_DOTTED_STRING if code else _DOTTED).finditer(text):
+            parts = m.group(1 if code else 0).split(b".")
+            if parts[-1].lower() not in _FILE_SUFFIXES:  # `train.py` names a file, not a module
+                words.update(parts)
     # A project with no script (no `if __name__ == "__main__":`) is a set of modules for
     # other code to import: none of them is an orphan.
     got = memo["import words"] = (frozenset(words), frozenset(dynamic)) \
