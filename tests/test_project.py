@@ -301,3 +301,19 @@ def test_a_setup_py_makes_a_library(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = run("check", ".", "--no-cache", "--output-format", "json", "--select", "PF301")
     assert findings(r) == [("leftover.py", 7, "PF301")]
+
+
+@pytest.mark.parametrize("readme, reported", [
+    (False, True),  # Time-Series-Library: `exp/` imports every `models/*` module by a computed name
+    (True, False),  # `exp/` is a sub-project with a README of its own: its computed imports are its own
+])
+def test_a_computed_import_in_another_folder_may_reach_a_module(tmp_path, monkeypatch, readme, reported):
+    files = {"pyproject.toml": '[tool.perflint]\ntarget-torch = "1.13"\n', "main.py": _ENTRY,
+             "exp/basic.py": "import importlib\n\n\ndef build(name):\n    return importlib.import_module('models.' + name)\n",
+             "models/dlinear.py": _ORPHAN}
+    if readme:
+        files["exp/README.md"] = "# exp\n"
+    write(tmp_path, files)
+    monkeypatch.chdir(tmp_path)
+    r = run("check", ".", "--no-cache", "--output-format", "json", "--select", "PF301")
+    assert findings(r) == ([("dlinear.py", 7, "PF301")] if reported else [])

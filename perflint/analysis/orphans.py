@@ -7,9 +7,10 @@ classes.  Its functions never run: a finding inside them costs no time (GraphCL'
 import; the speaker-encoder `train.py` that Speech-Backbones copied without its script).
 
 A module is unsure wherever the project imports by a computed name (`importlib.import_module`,
-`__import__`, `exec`) in a file of the module's own top-level folder, or at the project's root:
-a repository of several independent projects (Speech-Backbones' DiffVC and SPIRAL) keeps each
-one's dynamic imports to itself.
+`__import__`, `exec`, `pydoc.locate`: Time-Series-Library's `exp/` imports every `models/*`
+module by name), except from another sub-project: in a repository of several independent projects, a
+top-level folder with its own README (Speech-Backbones' SPIRAL beside DiffVC) imports its own
+modules by name.
 
 So is every module of a project with no script (no `if __name__ == "__main__":` anywhere):
 its modules are there for other code to import.  A project that can be installed (a `setup.py`, or a `setup.cfg` or `pyproject.toml` that
@@ -149,4 +150,17 @@ def never_imported(index, path: str) -> bool:
     if got is None:
         return False
     words, dynamic = got
-    return stem.encode() not in words and not dynamic & {"", _top_folder(root, path)}
+    if stem.encode() in words:
+        return False
+    top = _top_folder(root, path)
+    # A computed import elsewhere may reach this module (Time-Series-Library's `exp/` imports
+    # `models/*` by name), unless it sits in another sub-project: a top-level folder with a
+    # README of its own (Speech-Backbones' `SPIRAL/` beside `DiffVC/`) imports its own modules.
+    return all(d and d != top and _has_readme(os.path.join(root, d)) for d in dynamic)
+
+
+def _has_readme(folder: str) -> bool:
+    try:
+        return any(n.lower().startswith("readme") for n in os.listdir(folder))
+    except OSError:
+        return False
