@@ -536,29 +536,9 @@ def _finish(result: FileResult, src: Source, analysis, options: LintOptions, pro
 
 
 def _summary_of(analysis: _Analysis, text: str) -> dict | None:
-    from perflint.analysis.summary import summarise
-    from perflint.positions import LineIndex, node_offsets
+    from perflint.positions import summary_with_lines
 
-    facts = analysis.facts
-    module = analysis.module
-    state: dict = {}
-
-    def lines(node) -> int:
-        if "offsets" not in state:
-            # The calls that run per step: their lines are needed, computed in one pass.
-            if analysis.call_offsets:  # the findings' positions pass recorded every call
-                state["offsets"] = analysis.call_offsets
-            else:
-                wanted = [c for c in facts.tree.calls() if facts.loops.iteration_context(c) is not None]
-                state["offsets"] = node_offsets(module, wanted)
-            state["lines"] = LineIndex(text)
-        got = state["offsets"].get(node)
-        return state["lines"].row_col(got[0])[0] if got else 0
-
-    try:
-        return summarise(facts, lines)
-    except RecursionError:
-        return None
+    return summary_with_lines(analysis.facts, analysis.module, text, analysis.call_offsets)
 
 
 def _in_cell(err: FileError, src: Source) -> FileError:

@@ -107,3 +107,29 @@ def node_offsets(module: cst.Module, nodes: Iterable[cst.CSTNode], whole: dict |
         whole.update(state.whole_found)
         whole[""] = "".join(state.tokens)
     return {n: state.found[n] for n in targets if n in state.found}
+
+
+def summary_with_lines(facts, module: cst.Module, text: str, call_offsets: dict | None) -> dict | None:
+    """The module summary of an analysis (`analysis.summary.summarise`), its per-step calls'
+    lines read from `call_offsets` (every call's range, recorded by the findings' positions
+    pass) or, without them, from one rendering of the module for those calls alone; None for
+    a file too deeply nested to summarise."""
+    from perflint.analysis.summary import summarise
+
+    state: dict = {}
+
+    def lines(node) -> int:
+        if "offsets" not in state:
+            if call_offsets:
+                state["offsets"] = call_offsets
+            else:
+                wanted = [c for c in facts.tree.calls() if facts.loops.iteration_context(c) is not None]
+                state["offsets"] = node_offsets(module, wanted)
+            state["lines"] = LineIndex(text)
+        got = state["offsets"].get(node)
+        return state["lines"].row_col(got[0])[0] if got else 0
+
+    try:
+        return summarise(facts, lines)
+    except RecursionError:
+        return None

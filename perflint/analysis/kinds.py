@@ -494,6 +494,39 @@ def one_item_class(tree, cls: cst.ClassDef) -> bool:
     return bool(returns) and all(r.value is not None and literal_value(r.value) == 1
                                  and not isinstance(literal_value(r.value), bool) for r in returns)
 
+LENGTH_PARAM = "len_param:"  # class kind: `__len__` returns a constructor parameter ("len_param:size:0")
+
+
+def length_param(tree, cls: cst.ClassDef) -> str | None:
+    """`LENGTH_PARAM` + "name:position" when the Dataset class's `__len__` only returns
+    `self.<attr>` and `__init__` sets that attribute from its parameter `name` (at `position`
+    after `self`) and nowhere else (torch-ngp's `SDFDataset(path, size=1)`, a dummy
+    validation set of one item)."""
+    fn, init = _method(cls, "__len__"), _method(cls, "__init__")
+    if fn is None or init is None:
+        return None
+    returns = tree.nodes_within(fn, cst.Return)
+    attrs = {r.value.attr.value for r in returns if isinstance(r.value, cst.Attribute)
+             and isinstance(r.value.value, cst.Name) and r.value.value.value == "self"}
+    if len(attrs) != 1 or len(returns) != sum(1 for r in returns if isinstance(r.value, cst.Attribute)):
+        return None
+    attr = attrs.pop()
+    sets = [n for n in tree.nodes_within(cls, cst.Assign) for t in n.targets
+            if isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
+            and t.target.value.value == "self" and t.target.attr.value == attr]
+    sets += [n for t in (cst.AugAssign, cst.AnnAssign) for n in tree.nodes_within(cls, t)
+             if isinstance(n.target, cst.Attribute) and n.target.attr.value == attr]
+    if len(sets) != 1 or not isinstance(sets[0], cst.Assign) or not isinstance(sets[0].value, cst.Name) \
+            or tree.enclosing_function(sets[0]) is not init:
+        return None
+    name = sets[0].value.value
+    params = [p.name.value for p in init.params.params]
+    if name not in params[1:] or any(isinstance(t.target, cst.Name) and t.target.value == name
+                                     for n in tree.nodes_within(init, cst.Assign) for t in n.targets):
+        return None
+    return f"{LENGTH_PARAM}{name}:{params.index(name) - 1}"
+
+
 def counts_items(tree, cls: cst.ClassDef) -> bool:
     """A Dataset class whose `__getitem__` advances state of its own (`self.counter += 1`,
     a curriculum over the items drawn): in worker processes each copy would count apart

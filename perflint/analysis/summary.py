@@ -34,11 +34,11 @@ from perflint.analysis.summary_types import CallRecord, ClassInfo, FunctionInfo,
 from perflint.analysis.devices import _device_string_kinds
 from perflint.analysis.syntax import (NOT_LITERAL, argparse_dest, call_name, get_arg, has_splat, is_main_guard,
                                       literal_value, patch_embedding)
-from perflint.analysis.kinds import counts_items, draws_numpy_random, one_item_class
+from perflint.analysis.kinds import counts_items, draws_numpy_random, length_param, one_item_class
 from perflint.analysis.vocab import Kind, DATALOADER, _OPTION_ROOTS, loads_model
 from perflint.names import dotted
 
-SUMMARY_VERSION = 15
+SUMMARY_VERSION = 16
 # Import roots that are never the project's own modules.
 LIBRARY_ROOTS = frozenset({
     "torch", "numpy", "np", "scipy", "torchvision", "torchaudio", "transformers", "accelerate", "timm", "os", "sys",
@@ -280,6 +280,9 @@ def _class_info(facts, cls: cst.ClassDef) -> ClassInfo:
         # PF101: one sample an epoch; a counter the workers would split; one NumPy state for every worker before 1.9.
         kinds += [kind for test, kind in ((one_item_class, Kind.ONE_ITEM), (counts_items, Kind.COUNTED_ITEMS),
                                           (draws_numpy_random, Kind.NUMPY_RANDOM)) if test(facts.tree, cls)]
+        sized = length_param(facts.tree, cls)
+        if sized is not None:
+            kinds.append(sized)  # PF101: `SDFDataset(path, size=1)` is one sample an epoch
         collate = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "collate_fn"),
                        None) if isinstance(cls.body, cst.IndentedBlock) else None
         if collate is not None and facts.kinds.pad_only_collate(collate):

@@ -40,7 +40,7 @@ class FunctionInfo(TypedDict):
 
 class ClassInfo(TypedDict):
     bases: List[str]  # references
-    kinds: List[str]  # model, criterion, dataset and the dataset's traits
+    kinds: List[str]  # model, criterion, dataset and the dataset's traits ("len_param:size:0": `__len__` returns that parameter)
     attrs: Dict[str, List[str]]  # `self.x` → kinds
     methods: Dict[str, FunctionInfo]
     apis: List[str]

@@ -10,7 +10,8 @@ import libcst as cst
 from perflint.edits import add_arg, make_kwarg, parse_expr, parse_stmt, replace_arg_value
 from perflint.analysis import NOT_LITERAL, Facts, call_name, get_arg, has_splat, iter_nodes, literal_value
 from perflint.analysis.configfiles import from_config_file
-from perflint.analysis.kinds import cheap_call, counts_items, draws_numpy_random, one_item_class
+from perflint.analysis.kinds import (LENGTH_PARAM, cheap_call, counts_items, draws_numpy_random, length_param,
+                                    one_item_class)
 from perflint.names import dotted
 from perflint.rules.base import FixClass, Rule, Violation
 from perflint.rules.common import local_function
@@ -220,8 +221,28 @@ _WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "multiprocessin
 
 def _one_item_or_counted(facts: Facts, dataset: cst.BaseExpression | None) -> bool:
     """The loader's Dataset class (of this file or the project) returns 1 from `__len__`, or
-    advances a counter of its own in `__getitem__` (`Kind.ONE_ITEM`, `Kind.COUNTED_ITEMS`)."""
-    return _dataset_kind(facts, dataset, Kind.ONE_ITEM) or _dataset_kind(facts, dataset, Kind.COUNTED_ITEMS)
+    is built with a literal 1 for the parameter its `__len__` returns (`SDFDataset(path,
+    size=1)`), or advances a counter of its own in `__getitem__` (`Kind.ONE_ITEM`,
+    `kinds.LENGTH_PARAM`, `Kind.COUNTED_ITEMS`)."""
+    return _dataset_kind(facts, dataset, Kind.ONE_ITEM) or _sized_one(facts, dataset) \
+        or _dataset_kind(facts, dataset, Kind.COUNTED_ITEMS)
+
+
+def _sized_one(facts: Facts, dataset: cst.BaseExpression | None) -> bool:
+    node = resolved(facts, dataset) if dataset is not None else None
+    if not isinstance(node, cst.Call):
+        return False
+    cls = facts.tree.classes_by_name.get(node.func.value) if isinstance(node.func, cst.Name) else None
+    if cls is not None:
+        sized = length_param(facts.tree, cls)
+    else:
+        sized = next((k for k in facts.cross.project_class_kinds(node.func) if k.startswith(LENGTH_PARAM)), None)
+    if sized is None:
+        return False
+    name, position = sized[len(LENGTH_PARAM):].rsplit(":", 1)
+    given = get_arg(node, name, int(position))
+    value = literal_value(given.value) if given is not None else None
+    return value == 1 and not isinstance(value, bool)
 
 
 _LOCAL_KIND_TESTS = {Kind.ONE_ITEM: one_item_class, Kind.COUNTED_ITEMS: counts_items, Kind.NUMPY_RANDOM: draws_numpy_random}
@@ -343,7 +364,9 @@ class DataLoaderNoWorkers(Rule):
     of workers (`python tutorial_train.py --dataloader_num_workers=4` in the README, read as
     PF503 reads `CUDA_VISIBLE_DEVICES`; one run without it keeps the finding; IP-Adapter).
     Nor for a Dataset class (of the file or the project) whose `__len__` returns 1 (an epoch
-    is one sample: nothing for workers to load ahead; siren's single-image datasets) or
+    is one sample: nothing for workers to load ahead; siren's single-image datasets), or
+    returns the constructor parameter the call passes a literal 1 (`SDFDataset(path,
+    size=1)`, torch-ngp's dummy validation set; judged false in a strict review), or
     whose `__getitem__` advances a counter of its own (`self.counter += 1` driving a
     curriculum: each worker's copy would count apart, and the run would change). For a
     target torch before 1.9 and a Dataset whose `__getitem__` draws from NumPy's global
