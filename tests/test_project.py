@@ -317,3 +317,16 @@ def test_a_computed_import_in_another_folder_may_reach_a_module(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     r = run("check", ".", "--no-cache", "--output-format", "json", "--select", "PF301")
     assert findings(r) == ([("dlinear.py", 7, "PF301")] if reported else [])
+
+
+def test_an_import_continued_with_a_backslash_names_its_last_module(tmp_path, monkeypatch):
+    # `from helpers import tools, \` then `leftover` on the next line imports `leftover`: its
+    # findings stay (a module someone imports is no orphan).
+    # The folder is put on `sys.path` by hand, so the project's own resolution misses it.
+    entry = _ENTRY.replace("import torch\n", "import sys\n\n    import torch\n\n    sys.path.insert(0, 'lib')\n"
+                           "    from helpers import tools, \\\n        leftover\n", 1)
+    write(tmp_path, {"pyproject.toml": '[tool.perflint]\ntarget-torch = "1.13"\n', "main.py": entry,
+                     "lib/helpers/tools.py": "X = 1\n", "lib/helpers/leftover.py": _ORPHAN})
+    monkeypatch.chdir(tmp_path)
+    r = run("check", ".", "--no-cache", "--output-format", "json", "--select", "PF301")
+    assert findings(r) == [("leftover.py", 7, "PF301")]

@@ -13,8 +13,9 @@ top-level folder with its own README (Speech-Backbones' SPIRAL beside DiffVC) im
 modules by name.
 
 So is every module of a project with no script (no `if __name__ == "__main__":` anywhere):
-its modules are there for other code to import.  A project that can be installed (a `setup.py`, or a `setup.cfg` or `pyproject.toml` that
-declares a package, at its root) is a library: its users import its modules from their own code, so none is an orphan.  A test
+its modules are there for other code to import.  A project that can be installed (a
+`setup.py`, or a `setup.cfg` or `pyproject.toml` that declares a package, at its root) is a
+library: its users import its modules from their own code, so none is an orphan.  A test
 file (pytest imports it), `conftest.py`, `hubconf.py` (`torch.hub.load` imports it),
 `__init__.py` and `__main__.py` never are either.
 """
@@ -33,8 +34,10 @@ _NEVER_ORPHANS = frozenset({"__init__", "__main__", "conftest", "hubconf", "setu
 _DYNAMIC = re.compile(rb"import_module\s*\(|__import__\s*\(|load_source\s*\(|spec_from_file_location\s*\(|\blocate\s*\(|"
                       rb"run_path\s*\(|run_module\s*\(|load_module\s*\(|\bexec\s*\(|SourceFileLoader|"
                       rb"importlib\.import|\bimp\.load")
-_IMPORT = re.compile(rb"(?:^|[\n;:>\"'])[ \t]*(?:from[ \t]+([\w. \t]+?)[ \t]+import[ \t]+(\([^)]*\)|[^\n;\"'\\]*)"
-                     rb"|import[ \t]+([^\n;\"'\\]*))")
+# An import statement (in a notebook, inside a JSON string), continued over lines by
+# parentheses or backslashes.
+_IMPORT = re.compile(rb"(?:^|[\n;:>\"'])[ \t]*(?:from[ \t]+([\w. \t]+?)[ \t]+import[ \t]+"
+                     rb"(\([^)]*\)|(?:[^\n;\"'\\]|\\\r?\n)*)|import[ \t]+((?:[^\n;\"'\\]|\\\r?\n)*))")
 _WORD = re.compile(rb"\w+")
 # A dotted name anywhere in a document or a Python string names modules too (`--model
 # mypkg.models.Net` for a CLI that imports by path, `"models.resnet.ResNet"` for `pydoc.locate`).
