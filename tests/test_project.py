@@ -330,3 +330,17 @@ def test_an_import_continued_with_a_backslash_names_its_last_module(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     r = run("check", ".", "--no-cache", "--output-format", "json", "--select", "PF301")
     assert findings(r) == [("leftover.py", 7, "PF301")]
+
+
+def test_a_cached_silence_ends_when_a_document_starts_importing_the_module(tmp_path, monkeypatch):
+    # The answer reads every text file of the project: the cache serves it only while their
+    # sizes and times are unchanged.
+    write(tmp_path, {"pyproject.toml": '[tool.perflint]\ntarget-torch = "1.13"\n', "main.py": _ENTRY,
+                     "leftover.py": _ORPHAN})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PERFLINT_CACHE_DIR", str(tmp_path / ".cache"))
+    args = ("check", ".", "--output-format", "json", "--select", "PF301")
+    assert findings(run(*args)) == []
+    assert findings(run(*args)) == []  # from the cache
+    (tmp_path / "README.md").write_text("```python\nfrom leftover import train_epoch\n```\n")
+    assert findings(run(*args)) == [("leftover.py", 7, "PF301")]
