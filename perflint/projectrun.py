@@ -18,6 +18,7 @@ import stat
 from pathlib import Path
 
 from perflint import __version__
+from perflint.analysis.modules import import_words
 from perflint.analysis.project import ProjectIndex, find_root, project_paths, read_regular
 from perflint.cache import code_stamp
 from perflint.store import Store
@@ -115,25 +116,8 @@ def _candidate_files(index: ProjectIndex, importer: str, ref: str) -> list[str]:
     return out
 
 
-# The names an import statement mentions: the components of `from`'s module and what it
-# imports (on the statement's first line), or the modules (and aliases) `import` lists.
-_FROM_NAMES = re.compile(rb"^[ \t]*from\s+([\w.]+)\s+import(?:\s+([\w, ()]*))?", re.M)
-_IMPORT_NAMES = re.compile(rb"^[ \t]*import\s+([\w., ]*)", re.M)
-_WORD = re.compile(rb"\w+")
 _ASCII_NAME = re.compile(r"[A-Za-z0-9_]+")
 _IMPORT_LINE = r"^\s*(?:from\s+[\w.]*\b{0}\b[\w.]*\s+import|import\s+[\w., ]*\b{0}\b|from\s+[.\w]+\s+import\s+[\w, ()]*\b{0}\b)"
-
-
-def import_words(text: bytes) -> frozenset[bytes]:
-    """Every name the import lines `text` mention (`ImportLines.get`)."""
-    words: set[bytes] = set()
-    for m in _FROM_NAMES.finditer(text):
-        words.update(_WORD.findall(m.group(1)))
-        if m.group(2):
-            words.update(_WORD.findall(m.group(2)))
-    for m in _IMPORT_NAMES.finditer(text):
-        words.update(_WORD.findall(m.group(1)))
-    return frozenset(words)
 
 
 def importers(all_files: set[str], targets: list[str], skip: set[str], lines: "ImportLines | None" = None) -> set[str]:

@@ -9,6 +9,26 @@ Answers from module summaries alone (no libcst).
 from __future__ import annotations
 
 import os
+import re
+
+# An import statement (also in a notebook's JSON strings, after `;` or `:`), continued over
+# lines by parentheses or backslashes: `from`'s module and what it imports, or the modules
+# (and aliases) `import` lists.
+_IMPORT = re.compile(rb"(?:^|[\n;:>\"'])[ \t]*(?:from[ \t]+([\w. \t]+?)[ \t]+import[ \t]+"
+                     rb"(\([^)]*\)|(?:[^\n;\"'\\]|\\\r?\n)*)|import[ \t]+((?:[^\n;\"'\\]|\\\r?\n)*))")
+_WORD = re.compile(rb"\w+")
+
+
+def import_words(text: bytes) -> frozenset[bytes]:
+    """Every name the import statements of `text` mention (the partial run's search for the
+    files that import a checked module; `orphans`' search for any mention of a module)."""
+    words: set[bytes] = set()
+    for m in _IMPORT.finditer(text):
+        for part in m.groups():
+            if part:
+                words.update(_WORD.findall(part))
+    return frozenset(words)
+
 
 MAX_DEPTH = 4
 

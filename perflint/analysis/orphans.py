@@ -26,6 +26,7 @@ import os
 import re
 
 from perflint.analysis.launches import _files
+from perflint.analysis.modules import import_words
 
 _SETUP_CFG_TABLES = re.compile(rb"^[ \t]*\[(?:metadata|options)\]", re.M)
 _PYPROJECT_TABLES = re.compile(rb"^[ \t]*\[(?:project|build-system|tool\.poetry|tool\.setuptools|tool\.flit[\w.]*|tool\.hatch[\w.]*)\]", re.M)
@@ -34,10 +35,6 @@ _NEVER_ORPHANS = frozenset({"__init__", "__main__", "conftest", "hubconf", "setu
 _DYNAMIC = re.compile(rb"import_module\s*\(|__import__\s*\(|load_source\s*\(|spec_from_file_location\s*\(|\blocate\s*\(|"
                       rb"run_path\s*\(|run_module\s*\(|load_module\s*\(|\bexec\s*\(|SourceFileLoader|"
                       rb"importlib\.import|\bimp\.load")
-# An import statement (in a notebook, inside a JSON string), continued over lines by
-# parentheses or backslashes.
-_IMPORT = re.compile(rb"(?:^|[\n;:>\"'])[ \t]*(?:from[ \t]+([\w. \t]+?)[ \t]+import[ \t]+"
-                     rb"(\([^)]*\)|(?:[^\n;\"'\\]|\\\r?\n)*)|import[ \t]+((?:[^\n;\"'\\]|\\\r?\n)*))")
 _WORD = re.compile(rb"\w+")
 # A dotted name anywhere in a document or a Python string names modules too (`--model
 # mypkg.models.Net` for a CLI that imports by path, `"models.resnet.ResNet"` for `pydoc.locate`).
@@ -95,10 +92,7 @@ def _words(index) -> tuple[frozenset[bytes], frozenset[str]] | None:
         if low.endswith((".py", ".ipynb")) and _DYNAMIC.search(text):
             dynamic.add(_top_folder(root, path))
         scripts = scripts or low.endswith(".py") and _MAIN_GUARD.search(text) is not None
-        for m in _IMPORT.finditer(text):
-            for part in m.groups():
-                if part:
-                    words.update(_WORD.findall(part))
+        words.update(import_words(text))
         code = low.endswith((".py", ".ipynb"))
         for m in (_DOTTED_STRING if code else _DOTTED).finditer(text):
             parts = m.group(1 if code else 0).split(b".")
