@@ -168,34 +168,27 @@ def launched_option_values(root: str, path: str, name: str) -> list[str]:
     """The values that the documented multi-process launches of the script at `path`
     (`torchrun`, `python -m torch.distributed.launch`, `accelerate launch`, `deepspeed`)
     pass to its option `name`."""
-    given = _flag(name)
-    out: list[str] = []
-    for line, end, launched, _ in _runs(root, path):
-        m = given.search(line[end:]) if launched else None
-        if m is not None and m.group(1):
-            out.append(m.group(1).strip("\"'"))
-    return out
+    return [v for v in _values_of_runs(root, path, name, launched_only=True) if v is not None]
 
 
 def launched_option_each(root: str, path: str, name: str) -> list[str | None]:
     """For each documented multi-process launch of the script at `path`, the value it passes
     to its option `name`, or None where it passes none."""
-    given = _flag(name)
-    out: list[str | None] = []
-    for line, end, launched, _ in _runs(root, path):
-        if launched:
-            m = given.search(line[end:])
-            out.append(m.group(1).strip("\"'") or None if m else None)
-    return out
+    return _values_of_runs(root, path, name, launched_only=True)
 
 
 def option_of_runs(root: str, path: str, name: str) -> list[str | None]:
     """For each documented run of the script at `path`, the value it passes to the option
     whose argparse name is `name` (`--name 4`, `--name=4`, also spelled with dashes), or
     None where it passes none.  Only the words after the script's name on its line count."""
+    return _values_of_runs(root, path, name, launched_only=False)
+
+
+def _values_of_runs(root: str, path: str, name: str, launched_only: bool) -> list[str | None]:
     given = _flag(name)
     out: list[str | None] = []
-    for line, end, _, _ in _runs(root, path):
-        m = given.search(line[end:])
-        out.append(m.group(1).strip("\"'") or None if m else None)
+    for line, end, launched, _ in _runs(root, path):
+        if launched or not launched_only:
+            m = given.search(line[end:])
+            out.append(m.group(1).strip("\"'") or None if m else None)
     return out
